@@ -1,0 +1,50 @@
+# Routine actions. `make run` and `make test` are all a fresh machine needs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+STAMP := $(VENV)/.installed
+
+.PHONY: run install migrate demo serve test test-services lint format bench-append clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+migrate: install
+	$(BIN)/python manage.py migrate --noinput
+
+demo: migrate
+	$(BIN)/python manage.py bootstrap_demo
+
+run: demo
+	$(BIN)/uvicorn config.asgi:application --host $(HOST) --port $(PORT) --lifespan off
+
+# The suite with no services: SQLite in memory, local-memory cache, in-memory channels, eager Celery.
+test: install
+	env -u DATABASE_URL -u REDIS_URL $(BIN)/pytest -q
+
+# The suite against the local PostgreSQL and Redis.
+test-services: install
+	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test} \
+	REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} $(BIN)/pytest -q
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench-append: install
+	$(BIN)/python bench/append.py
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,43 @@
+"""Reads the environment once, strictly: a malformed value stops start-up with a clear message."""
+
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off", ""}
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """A boolean is true/false (or 1/0, yes/no, on/off); anything else is a configuration error."""
+    raw = env.str(name, default=None)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean: use true or false.")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = env.str(name, default=None)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer.") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} must be at least {minimum}.")
+    return value
+
+
+def env_str(name: str, default: str = "") -> str:
+    return env.str(name, default=default).strip()

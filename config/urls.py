@@ -1,0 +1,16 @@
+"""Root URLs: the versioned API, its schema and docs, and the admin."""
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.permissions import AllowAny
+
+# The schema and its viewer are public: they describe the API, they expose no tenant data.
+_public = {"authentication_classes": [], "permission_classes": [AllowAny]}
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/schema/", SpectacularAPIView.as_view(**_public), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema", **_public), name="docs"),
+    path("api/v1/", include("conversations.urls")),
+]

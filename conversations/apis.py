@@ -1,0 +1,385 @@
+"""REST endpoints for conversations, messages, turns and transcripts. Views validate, call one service and
+render; every object is fetched through the caller's tenant."""
+
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.exceptions import ErrorDetail, ValidationError
+from rest_framework.pagination import CursorPagination
+from rest_framework.parsers import BaseParser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from conversations import services
+from conversations.models import Message
+from conversations.parts import parts_validate
+from conversations.selectors import (
+    access_conversation,
+    access_message,
+    access_turn,
+    conversation_list,
+    message_list,
+)
+from conversations.serializers import (
+    ConversationOutputSerializer,
+    MessageOutputSerializer,
+    TurnOutputSerializer,
+)
+from conversations.transcript import transcript_export, transcript_import
+from tenants.api import StrictSerializer, validated
+from tenants.errors import ApplicationError
+
+ERROR_SCHEMA = inline_serializer(
+    "Error",
+    {
+        "error": inline_serializer(
+            "ErrorBody",
+            {
+                "code": serializers.CharField(),
+                "message": serializers.CharField(),
+                "extra": serializers.DictField(),
+            },
+        )
+    },
+)
+_ERRORS = {
+    400: OpenApiResponse(ERROR_SCHEMA, description="Invalid input (code names the problem)"),
+    401: OpenApiResponse(ERROR_SCHEMA, description="Missing or invalid API key"),
+    404: OpenApiResponse(ERROR_SCHEMA, description="No such object in your tenant"),
+}
+_CONFLICT = {409: OpenApiResponse(ERROR_SCHEMA, description="Conflicts with the stored state")}
+
+
+def _errors(*extra_codes: dict[int, OpenApiResponse]) -> dict[int, OpenApiResponse]:
+    merged = dict(_ERRORS)
+    for codes in extra_codes:
+        merged.update(codes)
+    return merged
+
+
+class MetadataField(serializers.JSONField):
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise ValidationError([ErrorDetail("Must be a JSON object.", code="invalid_metadata")])
+        return super().to_internal_value(data)
+
+
+class PartsField(serializers.JSONField):
+    def to_internal_value(self, data: Any) -> Any:
+        return parts_validate(data)
+
+
+# --- conversations -----------------------------------------------------------------------------------------
+
+
+class ConversationCursorPagination(CursorPagination):
+    ordering = ("-created_at", "-id")
+    page_size = 50
+    page_size_query_param = "limit"
+    max_page_size = 200
+
+    def decode_cursor(self, request: Any) -> Any:
+        try:
+            return super().decode_cursor(request)
+        except Exception as exc:
+            raise ApplicationError("The cursor is not valid.", code="invalid_cursor") from exc
+
+
+class ConversationListCreateApi(APIView):
+    class InputSerializer(StrictSerializer):
+        end_user = serializers.CharField(max_length=255, required=False)
+        model = serializers.CharField(max_length=100, required=False)
+        title = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+        metadata = MetadataField(required=False, default=dict)
+
+    class FilterSerializer(serializers.Serializer):
+        end_user = serializers.CharField(max_length=255, required=False)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "end_user", str, description="Only conversations of this end user (external id)"
+            ),
+            OpenApiParameter("limit", int, description="Page size (≤ 200)"),
+            OpenApiParameter("cursor", str, description="Cursor from the previous page's next link"),
+        ],
+        responses={200: ConversationOutputSerializer(many=True), **_errors()},
+    )
+    def get(self, request: Any) -> Response:
+        filters = validated(self.FilterSerializer, request.query_params)
+        qs = conversation_list(tenant=request.auth.tenant, end_user_external_id=filters.get("end_user"))
+        paginator = ConversationCursorPagination()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        return paginator.get_paginated_response(ConversationOutputSerializer(page, many=True).data)
+
+    @extend_schema(request=InputSerializer, responses={201: ConversationOutputSerializer, **_errors()})
+    def post(self, request: Any) -> Response:
+        data = validated(self.InputSerializer, request.data)
+        conversation = services.conversation_create(
+            tenant=request.auth.tenant,
+            end_user_external_id=data.get("end_user"),
+            model=data.get("model"),
+            title=data["title"],
+            metadata=data["metadata"],
+        )
+        return Response(ConversationOutputSerializer(conversation).data, status=status.HTTP_201_CREATED)
+
+
+class ConversationDetailApi(APIView):
+    class InputSerializer(StrictSerializer):
+        title = serializers.CharField(max_length=300, required=False, allow_blank=True)
+        model = serializers.CharField(max_length=100, required=False)
+        metadata = MetadataField(required=False)
+        archived = serializers.BooleanField(required=False)
+
+    @extend_schema(responses={200: ConversationOutputSerializer, **_errors()})
+    def get(self, request: Any, conversation_id: str) -> Response:
+        conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
+        return Response(ConversationOutputSerializer(conversation).data)
+
+    @extend_schema(request=InputSerializer, responses={200: ConversationOutputSerializer, **_errors()})
+    def patch(self, request: Any, conversation_id: str) -> Response:
+        conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
+        data = validated(self.InputSerializer, request.data)
+        conversation = services.conversation_update(conversation=conversation, **data)
+        return Response(ConversationOutputSerializer(conversation).data)
+
+    @extend_schema(responses={204: None, **_errors()})
+    def delete(self, request: Any, conversation_id: str) -> Response:
+        conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
+        services.conversation_delete(conversation=conversation)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- messages ----------------------------------------------------------------------------------------------
+
+
+class MessageInputSerializer(StrictSerializer):
+    role = serializers.CharField()
+    kind = serializers.CharField(required=False, default=Message.Kind.MESSAGE)
+    content = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    parts = PartsField(required=False, default=list)
+    completed = serializers.BooleanField(required=False, default=True)
+    is_error = serializers.BooleanField(required=False, default=False)
+    idempotency_key = serializers.CharField(max_length=255, required=False)
+    turn_id = serializers.UUIDField(required=False)
+    parent_id = serializers.UUIDField(required=False)
+    metadata = MetadataField(required=False, default=dict)
+
+    def validate_role(self, value: str) -> str:
+        if value not in Message.Role.values:
+            raise ValidationError(
+                f"Unknown role {value!r}; expected one of {', '.join(Message.Role.values)}.",
+                code="invalid_role",
+            )
+        return value
+
+    def validate_kind(self, value: str) -> str:
+        if value != Message.Kind.MESSAGE:
+            # Boundaries and summaries are written by compaction (or arrive through a transcript import).
+            raise ValidationError(
+                f"kind {value!r} cannot be appended; only 'message' can (compaction writes the others).",
+                code="invalid_kind",
+            )
+        return value
+
+
+class MessageBatchInputSerializer(StrictSerializer):
+    messages = serializers.ListField(child=MessageInputSerializer(), allow_empty=False)
+
+
+class MessageListCreateApi(APIView):
+    class FilterSerializer(serializers.Serializer):
+        after_seq = serializers.IntegerField(min_value=0, required=False, default=0)
+        limit = serializers.IntegerField(min_value=1, max_value=1000, required=False, default=100)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("after_seq", int, description="Return messages with seq greater than this"),
+            OpenApiParameter("limit", int, description="At most this many (≤ 1000)"),
+        ],
+        responses={
+            200: inline_serializer(
+                "MessagePage",
+                {
+                    "messages": MessageOutputSerializer(many=True),
+                    "next_after_seq": serializers.IntegerField(allow_null=True),
+                    "has_more": serializers.BooleanField(),
+                },
+            ),
+            **_errors(),
+        },
+    )
+    def get(self, request: Any, conversation_id: str) -> Response:
+        conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
+        filters = validated(self.FilterSerializer, request.query_params)
+        rows = message_list(
+            conversation=conversation, after_seq=filters["after_seq"], limit=filters["limit"] + 1
+        )
+        has_more = len(rows) > filters["limit"]
+        rows = rows[: filters["limit"]]
+        return Response(
+            {
+                "messages": MessageOutputSerializer(rows, many=True).data,
+                "next_after_seq": rows[-1].seq if rows else None,
+                "has_more": has_more,
+            }
+        )
+
+    @extend_schema(
+        request=MessageInputSerializer,
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                description="A retry with the same key returns the original message(s) with 200. "
+                "For a batch, message i gets the key '<key>:<i>'.",
+            )
+        ],
+        description='Append one message, or a batch with `{"messages": [...]}` (all or nothing).',
+        responses={
+            201: MessageOutputSerializer,
+            200: OpenApiResponse(MessageOutputSerializer, description="Replay of an earlier request"),
+            **_errors(_CONFLICT),
+        },
+    )
+    def post(self, request: Any, conversation_id: str) -> Response:
+        conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
+        header_key = request.headers.get("Idempotency-Key")
+        if header_key is not None and not 0 < len(header_key) <= 200:
+            raise ApplicationError(
+                "Idempotency-Key must be 1 to 200 characters.", code="invalid_idempotency_key"
+            )
+        is_batch = isinstance(request.data, dict) and "messages" in request.data
+        if is_batch:
+            items = validated(MessageBatchInputSerializer, request.data)["messages"]
+        else:
+            items = [validated(MessageInputSerializer, request.data)]
+        results = services.message_append_batch(
+            conversation=conversation, items=items, idempotency_key=header_key
+        )
+        code = status.HTTP_201_CREATED if any(r.created for r in results) else status.HTTP_200_OK
+        if is_batch:
+            body = {"messages": MessageOutputSerializer([r.message for r in results], many=True).data}
+            return Response(body, status=code)
+        return Response(MessageOutputSerializer(results[0].message).data, status=code)
+
+
+class MessageDetailApi(APIView):
+    class InputSerializer(StrictSerializer):
+        completed = serializers.BooleanField(required=False)
+        content = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+        parts = PartsField(required=False)
+        metadata = MetadataField(required=False)
+
+    @extend_schema(responses={200: MessageOutputSerializer, **_errors()})
+    def get(self, request: Any, conversation_id: str, message_id: str) -> Response:
+        conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
+        message = access_message(conversation=conversation, message_id=message_id)
+        return Response(MessageOutputSerializer(message).data)
+
+    @extend_schema(
+        request=InputSerializer,
+        description="Mark a message completed, or amend an incomplete one. "
+        "A completed message is final (409).",
+        responses={200: MessageOutputSerializer, **_errors(_CONFLICT)},
+    )
+    def patch(self, request: Any, conversation_id: str, message_id: str) -> Response:
+        conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
+        message = access_message(conversation=conversation, message_id=message_id)
+        data = validated(self.InputSerializer, request.data)
+        message = services.message_update(message=message, **data)
+        return Response(MessageOutputSerializer(message).data)
+
+
+# --- turns -------------------------------------------------------------------------------------------------
+
+
+class TurnStartApi(APIView):
+    @extend_schema(request=None, responses={201: TurnOutputSerializer, **_errors()})
+    def post(self, request: Any, conversation_id: str) -> Response:
+        conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
+        if request.data:
+            raise ValidationError(
+                {key: [ErrorDetail("Unknown field.", code="unknown_field")] for key in request.data}
+                if isinstance(request.data, dict)
+                else [ErrorDetail("Expected no body or an empty object.", code="invalid")]
+            )
+        turn = services.turn_start(conversation=conversation)
+        return Response(TurnOutputSerializer(turn).data, status=status.HTTP_201_CREATED)
+
+
+class TurnEndApi(APIView):
+    @extend_schema(request=None, responses={200: TurnOutputSerializer, **_errors()})
+    def post(self, request: Any, conversation_id: str, turn_id: str) -> Response:
+        conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
+        turn = access_turn(conversation=conversation, turn_id=turn_id)
+        turn = services.turn_end(turn=turn)
+        return Response(TurnOutputSerializer(turn).data)
+
+
+# --- transcripts -------------------------------------------------------------------------------------------
+
+
+class TranscriptExportApi(APIView):
+    @extend_schema(
+        responses={(200, "application/x-ndjson"): OpenApiTypes.STR, **_errors()},
+        description="The whole transcript as JSON Lines "
+        "(a header line, then one line per message in seq order).",
+    )
+    def get(self, request: Any, conversation_id: str) -> StreamingHttpResponse:
+        conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
+        chunks = transcript_export(conversation)
+
+        # An async iterator so the ASGI server streams page by page instead of buffering the whole file.
+        async def stream() -> Any:
+            while True:
+                chunk = await sync_to_async(next)(chunks, None)
+                if chunk is None:
+                    return
+                yield chunk
+
+        response = StreamingHttpResponse(stream(), content_type="application/x-ndjson; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="{conversation.id}.jsonl"'
+        return response
+
+
+class RawBodyParser(BaseParser):
+    """The body as bytes, whatever its media type (JSON Lines has no registered one), size-capped."""
+
+    media_type = "*/*"
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> bytes:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        raw = stream.read(limit + 1) if stream is not None else b""
+        if len(raw) > limit:
+            raise ApplicationError(
+                f"The transcript is larger than {limit} bytes.",
+                code="request_too_large",
+                status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+                extra={"limit_bytes": limit},
+            )
+        return raw
+
+
+class TranscriptImportApi(APIView):
+    parser_classes = [RawBodyParser]
+
+    @extend_schema(
+        request={"application/x-ndjson": OpenApiTypes.STR},
+        responses={201: ConversationOutputSerializer, **_errors()},
+        description="Create a new conversation from a transcript exported by GET …/transcript.jsonl "
+        "(or any file of that shape). All or nothing.",
+    )
+    def post(self, request: Any) -> Response:
+        data = request.data if isinstance(request.data, bytes) else b""
+        conversation = transcript_import(
+            tenant=request.auth.tenant, data=data, max_message_bytes=settings.MNEMO_MAX_MESSAGE_BYTES
+        )
+        return Response(ConversationOutputSerializer(conversation).data, status=status.HTTP_201_CREATED)

@@ -1,0 +1,48 @@
+"""Events to WebSocket clients of a conversation. They are sent after the transaction commits, never
+before the data they describe is visible."""
+
+import logging
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+logger = logging.getLogger(__name__)
+
+EVENT_TYPES = ("message.appended", "message.updated", "turn.started", "turn.ended")
+
+
+def conversation_group(*, tenant_id: Any, conversation_id: Any) -> str:
+    return f"t{_hex(tenant_id)}.c{_hex(conversation_id)}"
+
+
+def _hex(value: Any) -> str:
+    return getattr(value, "hex", None) or str(value).replace("-", "")
+
+
+def event_publish(*, tenant_id: Any, conversation_id: Any, event: str, data: dict[str, Any]) -> None:
+    """Queue an event for the conversation's sockets; it goes out when the current transaction commits."""
+    if event not in EVENT_TYPES:
+        raise ValueError(f"unknown event type {event!r}")
+    group = conversation_group(tenant_id=tenant_id, conversation_id=conversation_id)
+    message = {
+        # Channels maps the type to the consumer handler name (dots become underscores).
+        "type": "conversation.event",
+        "event": event,
+        "conversation_id": str(conversation_id),
+        "tenant_id": str(tenant_id),
+        "data": data,
+    }
+    transaction.on_commit(lambda: _send(group, message))
+
+
+def _send(group: str, message: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(group, message)
+    except Exception:
+        # The data is committed; a lost notification must not turn a stored write into a 500.
+        logger.exception("could not publish %s to %s", message["event"], group)

@@ -1,0 +1,30 @@
+"""Reads of conversations, turns and messages, always inside one tenant."""
+
+from django.db.models import QuerySet
+
+from conversations.models import Conversation, Message, Turn
+from tenants.models import Tenant
+from tenants.scoping import access_object
+
+
+def access_conversation(*, tenant: Tenant, conversation_id: object) -> Conversation:
+    return access_object(Conversation.objects.select_related("end_user"), pk=conversation_id, tenant=tenant)
+
+
+def access_message(*, conversation: Conversation, message_id: object) -> Message:
+    return access_object(Message.objects.all(), pk=message_id, conversation=conversation)
+
+
+def access_turn(*, conversation: Conversation, turn_id: object) -> Turn:
+    return access_object(Turn.objects.all(), pk=turn_id, conversation=conversation)
+
+
+def conversation_list(*, tenant: Tenant, end_user_external_id: str | None = None) -> QuerySet[Conversation]:
+    qs = Conversation.objects.filter(tenant=tenant).select_related("end_user")
+    if end_user_external_id is not None:
+        qs = qs.filter(end_user__external_id=end_user_external_id)
+    return qs
+
+
+def message_list(*, conversation: Conversation, after_seq: int = 0, limit: int = 100) -> list[Message]:
+    return list(Message.objects.filter(conversation=conversation, seq__gt=after_seq).order_by("seq")[:limit])

@@ -1,0 +1,323 @@
+"""Transcript export and import as JSON Lines, in the shape of the compaction seed: one header line for the
+conversation, then one line per message in seq order with a `uuid`/`parentUuid` chain; compaction
+boundaries carry `subtype: "compact_boundary"` and summaries `isCompactSummary: true`.
+
+Export → import → export gives the same bytes except for the ids the import assigns anew: the header's
+`id` and every `uuid`/`parentUuid`. Token counts are recomputed on import, never trusted from the file."""
+
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils.dateparse import parse_datetime
+from rest_framework.exceptions import ValidationError
+
+from conversations.models import Conversation, Message, Turn
+from conversations.parts import parts_validate
+from conversations.services import default_model, message_size, message_token_count
+from tenants.errors import ApplicationError
+from tenants.models import Tenant
+from tenants.services import end_user_get_or_create
+
+FORMAT_VERSION = 1
+EXPORT_PAGE = 500
+_ROLES = set(Message.Role.values)
+_TURN_STATUSES = set(Turn.Status.values)
+
+
+def _dumps(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def _ts(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def header_line(conversation: Conversation) -> bytes:
+    turns = [
+        {"index": t.index, "status": t.status, "startedAt": _ts(t.started_at), "endedAt": _ts(t.ended_at)}
+        for t in conversation.turns.order_by("index")
+    ]
+    return _dumps(
+        {
+            "type": "conversation",
+            "version": FORMAT_VERSION,
+            "id": str(conversation.id),
+            "title": conversation.title,
+            "model": conversation.model,
+            "endUser": conversation.end_user.external_id if conversation.end_user_id else None,
+            "metadata": conversation.metadata,
+            "createdAt": _ts(conversation.created_at),
+            "archivedAt": _ts(conversation.archived_at),
+            "turns": turns,
+        }
+    )
+
+
+def message_line(message: Message, *, parent_uuid: str | None, turn_index: int | None) -> bytes:
+    entry: dict[str, Any] = {"uuid": str(message.id), "parentUuid": parent_uuid}
+    if message.kind == Message.Kind.COMPACT_BOUNDARY:
+        entry["type"] = "system"
+        entry["subtype"] = "compact_boundary"
+    else:
+        entry["type"] = message.role
+    if message.kind == Message.Kind.COMPACT_SUMMARY:
+        entry["isCompactSummary"] = True
+    entry["role"] = message.role
+    entry["content"] = message.content
+    if message.parts:
+        entry["parts"] = message.parts
+    entry["timestamp"] = _ts(message.created_at)
+    entry["seq"] = message.seq
+    if turn_index is not None:
+        entry["turnIndex"] = turn_index
+    entry["completed"] = message.completed
+    entry["isError"] = message.is_error
+    entry["tokenCount"] = message.token_count
+    if message.idempotency_key is not None:
+        entry["idempotencyKey"] = message.idempotency_key
+    if message.metadata:
+        entry["compactMetadata" if message.kind == Message.Kind.COMPACT_BOUNDARY else "metadata"] = (
+            message.metadata
+        )
+    return _dumps(entry)
+
+
+def transcript_export(conversation: Conversation) -> Iterator[bytes]:
+    """The transcript as chunks of lines, read a page at a time so a 100k-message export streams in
+    constant memory."""
+    yield header_line(conversation)
+    turn_index = dict(conversation.turns.values_list("id", "index"))
+    after_seq, previous_id = 0, None
+    while True:
+        page = list(
+            Message.objects.filter(conversation=conversation, seq__gt=after_seq).order_by("seq")[:EXPORT_PAGE]
+        )
+        if not page:
+            return
+        chunks = []
+        for message in page:
+            parent = str(message.parent_id) if message.parent_id else previous_id
+            chunks.append(
+                message_line(message, parent_uuid=parent, turn_index=turn_index.get(message.turn_id))
+            )
+            previous_id = str(message.id)
+        after_seq = page[-1].seq
+        yield b"".join(chunks)
+
+
+# --- import ------------------------------------------------------------------------------------------------
+
+
+def _bad(line_no: int, message: str) -> ApplicationError:
+    return ApplicationError(f"Line {line_no}: {message}", code="invalid_transcript", extra={"line": line_no})
+
+
+def _parse_time(value: Any, line_no: int, field: str) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        # The seed's files carry epoch milliseconds.
+        return datetime.fromtimestamp(value / 1000, tz=UTC)
+    if isinstance(value, str):
+        parsed = parse_datetime(value)
+        if parsed is not None:
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    raise _bad(line_no, f"{field} is not an ISO 8601 time or epoch milliseconds.")
+
+
+def _kind(entry: dict[str, Any], line_no: int) -> str:
+    if entry.get("subtype") == "compact_boundary":
+        return Message.Kind.COMPACT_BOUNDARY
+    if "subtype" in entry:
+        raise _bad(line_no, f"unknown subtype {entry['subtype']!r}.")
+    if entry.get("isCompactSummary") is True:
+        return Message.Kind.COMPACT_SUMMARY
+    return Message.Kind.MESSAGE
+
+
+def _parse_lines(data: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ApplicationError("The transcript is not UTF-8.", code="invalid_transcript") from None
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise _bad(line_no, f"not JSON ({exc.msg}).") from None
+        if not isinstance(entry, dict):
+            raise _bad(line_no, "each line must be a JSON object.")
+        yield line_no, entry
+
+
+def transcript_import(*, tenant: Tenant, data: bytes, max_message_bytes: int) -> Conversation:
+    """Create a new conversation from a JSONL transcript, all or nothing. Every line is validated before
+    anything is written."""
+    lines = list(_parse_lines(data))
+    if not lines:
+        raise ApplicationError("The transcript is empty.", code="invalid_transcript")
+    header: dict[str, Any] = {}
+    if lines[0][1].get("type") == "conversation":
+        line_no, header = lines.pop(0)
+        if header.get("version") != FORMAT_VERSION:
+            raise _bad(
+                line_no, f"unsupported version {header.get('version')!r}; this server reads {FORMAT_VERSION}."
+            )
+    model = header.get("model") or default_model(tenant)
+    if not isinstance(model, str) or len(model) > 100:
+        raise _bad(1, "model must be a string of at most 100 characters.")
+
+    turns_by_index: dict[int, dict[str, Any]] = {}
+    for turn in header.get("turns") or []:
+        if (
+            not isinstance(turn, dict)
+            or not isinstance(turn.get("index"), int)
+            or turn.get("status") not in _TURN_STATUSES
+        ):
+            raise _bad(1, "each turn needs an integer index and a status of active, ended or compacted.")
+        if turn["index"] in turns_by_index:
+            raise _bad(1, f"turn index {turn['index']} appears twice.")
+        turns_by_index[turn["index"]] = turn
+    if sum(1 for t in turns_by_index.values() if t["status"] == Turn.Status.ACTIVE) > 1:
+        raise _bad(1, "at most one turn can be active.")
+
+    rows: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    previous_uuid: str | None = None
+    seq = 0
+    keys: set[str] = set()
+    for line_no, entry in lines:
+        file_uuid = entry.get("uuid")
+        if not isinstance(file_uuid, str) or not file_uuid:
+            raise _bad(line_no, "uuid is required.")
+        if file_uuid in seen:
+            raise _bad(line_no, f"uuid {file_uuid!r} appears twice.")
+        role = entry.get("role")
+        if role not in _ROLES:
+            raise _bad(line_no, f"role must be one of {', '.join(sorted(_ROLES))}.")
+        content = entry.get("content", "")
+        if not isinstance(content, str):
+            raise _bad(line_no, "content must be a string.")
+        try:
+            parts = parts_validate(entry.get("parts") or [])
+        except ValidationError as exc:
+            raise _bad(line_no, f"invalid parts: {exc.detail}") from None
+        if message_size(content, parts) > max_message_bytes:
+            raise _bad(line_no, f"the message is larger than {max_message_bytes} bytes.")
+        line_seq = entry.get("seq")
+        if line_seq is None:
+            line_seq = seq + 1
+        if not isinstance(line_seq, int) or isinstance(line_seq, bool) or line_seq <= seq:
+            raise _bad(line_no, "seq must be an integer larger than the previous line's.")
+        seq = line_seq
+        parent_uuid = entry.get("parentUuid")
+        explicit_parent = None
+        if parent_uuid != previous_uuid:
+            if parent_uuid is None or parent_uuid not in seen:
+                raise _bad(line_no, "parentUuid must name an earlier line (or be null on the first).")
+            explicit_parent = parent_uuid
+        turn_index = entry.get("turnIndex")
+        if turn_index is not None and turn_index not in turns_by_index:
+            raise _bad(line_no, f"turnIndex {turn_index!r} is not a turn of the header.")
+        metadata = (
+            entry.get("compactMetadata" if entry.get("subtype") == "compact_boundary" else "metadata") or {}
+        )
+        if not isinstance(metadata, dict):
+            raise _bad(line_no, "metadata must be an object.")
+        key = entry.get("idempotencyKey")
+        if key is not None:
+            if not isinstance(key, str) or len(key) > 255 or key in keys:
+                raise _bad(line_no, "idempotencyKey must be a unique string of at most 255 characters.")
+            keys.add(key)
+        for flag in ("completed", "isError"):
+            if flag in entry and not isinstance(entry[flag], bool):
+                raise _bad(line_no, f"{flag} must be true or false.")
+        rows.append(
+            {
+                "file_uuid": file_uuid,
+                "explicit_parent": explicit_parent,
+                "turn_index": turn_index,
+                "seq": line_seq,
+                "role": role,
+                "kind": _kind(entry, line_no),
+                "content": content,
+                "parts": parts,
+                "completed": entry.get("completed", True),
+                "is_error": entry.get("isError", False),
+                "idempotency_key": key,
+                "metadata": metadata,
+                "created_at": _parse_time(entry.get("timestamp"), line_no, "timestamp"),
+            }
+        )
+        seen[file_uuid] = line_no
+        previous_uuid = file_uuid
+
+    created_at = _parse_time(header.get("createdAt"), 1, "createdAt")
+    archived_at = _parse_time(header.get("archivedAt"), 1, "archivedAt")
+    metadata = header.get("metadata") or {}
+    title = header.get("title") or ""
+    end_user_id = header.get("endUser")
+    if not isinstance(metadata, dict) or not isinstance(title, str) or len(title) > 300:
+        raise _bad(1, "title must be a string (≤ 300 characters) and metadata an object.")
+    if end_user_id is not None and (not isinstance(end_user_id, str) or not 0 < len(end_user_id) <= 255):
+        raise _bad(1, "endUser must be a string of 1 to 255 characters.")
+
+    with transaction.atomic():
+        end_user = end_user_get_or_create(tenant=tenant, external_id=end_user_id) if end_user_id else None
+        conversation = Conversation.objects.create(
+            tenant=tenant,
+            end_user=end_user,
+            model=model,
+            title=title,
+            metadata=metadata,
+            last_seq=seq,
+            last_turn_index=max(turns_by_index, default=0),
+            archived_at=archived_at,
+            **({"created_at": created_at, "updated_at": created_at} if created_at else {}),
+        )
+        turn_ids: dict[int, uuid.UUID] = {}
+        for index, turn in sorted(turns_by_index.items()):
+            started = _parse_time(turn.get("startedAt"), 1, "startedAt")
+            created = Turn.objects.create(
+                conversation=conversation,
+                index=index,
+                status=turn["status"],
+                ended_at=_parse_time(turn.get("endedAt"), 1, "endedAt"),
+                **({"started_at": started} if started else {}),
+            )
+            turn_ids[index] = created.id
+        new_ids = {row["file_uuid"]: uuid.uuid4() for row in rows}
+        messages = []
+        for row in rows:
+            extra = {"created_at": row["created_at"]} if row["created_at"] else {}
+            messages.append(
+                Message(
+                    id=new_ids[row["file_uuid"]],
+                    conversation=conversation,
+                    seq=row["seq"],
+                    turn_id=turn_ids.get(row["turn_index"]) if row["turn_index"] is not None else None,
+                    parent_id=new_ids[row["explicit_parent"]] if row["explicit_parent"] else None,
+                    role=row["role"],
+                    kind=row["kind"],
+                    content=row["content"],
+                    parts=row["parts"],
+                    completed=row["completed"],
+                    is_error=row["is_error"],
+                    idempotency_key=row["idempotency_key"],
+                    metadata=row["metadata"],
+                    token_count=message_token_count(
+                        role=row["role"], content=row["content"], parts=row["parts"], model=model
+                    ),
+                    **extra,
+                )
+            )
+        Message.objects.bulk_create(messages, batch_size=1000)
+    return conversation

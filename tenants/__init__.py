@@ -1,0 +1,1 @@
+"""Tenants, their end users, API keys and admin memberships, and the tenant-scoping every app uses."""

@@ -1,0 +1,49 @@
+"""API building blocks every app's views use: a size-capped JSON parser and serializers that refuse
+fields they do not know."""
+
+import io
+from typing import Any
+
+from django.conf import settings
+from rest_framework import serializers, status
+from rest_framework.exceptions import ErrorDetail, ValidationError
+from rest_framework.parsers import JSONParser
+
+from tenants.errors import ApplicationError
+
+
+class LimitedJSONParser(JSONParser):
+    """DRF's JSON parser reads the raw stream and so skips Django's DATA_UPLOAD_MAX_MEMORY_SIZE check;
+    this one enforces it before decoding."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        raw = stream.read(limit + 1) if stream is not None else b""
+        if len(raw) > limit:
+            raise ApplicationError(
+                f"The request body is larger than {limit} bytes.",
+                code="request_too_large",
+                status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+                extra={"limit_bytes": limit},
+            )
+        return super().parse(io.BytesIO(raw), media_type, parser_context)
+
+
+class StrictSerializer(serializers.Serializer):
+    """Unknown fields are an error, not silently ignored: a typo in a field name must not pass as a
+    request that did something else."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise ValidationError(
+                    {key: [ErrorDetail("Unknown field.", code="unknown_field")] for key in unknown}
+                )
+        return super().to_internal_value(data)
+
+
+def validated(serializer_class: type[serializers.Serializer], data: Any, **kwargs: Any) -> Any:
+    serializer = serializer_class(data=data, **kwargs)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data

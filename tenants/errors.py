@@ -1,0 +1,110 @@
+"""The one application error type and the DRF handler that renders every error as
+{"error": {"code", "message", "extra"}}."""
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+
+
+class ApplicationError(Exception):
+    """A refusal the client can act on: a stable machine-readable code, a sentence, optional details."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str,
+        status_code: int = status.HTTP_400_BAD_REQUEST,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.status_code = status_code
+        self.extra = extra or {}
+
+
+def error_body(code: str, message: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "extra": extra or {}}}
+
+
+def _detail_with_codes(detail: Any) -> Any:
+    if isinstance(detail, dict):
+        return {key: _detail_with_codes(value) for key, value in detail.items()}
+    if isinstance(detail, list):
+        return [_detail_with_codes(item) for item in detail]
+    return {"code": getattr(detail, "code", "invalid"), "message": str(detail)}
+
+
+def _first_error(detail: Any, path: tuple[str, ...] = ()) -> tuple[tuple[str, ...], Any] | None:
+    """Depth-first first error, so the top-level code names the actual problem (e.g. invalid_role)."""
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            found = _first_error(value, (*path, str(key)))
+            if found:
+                return found
+        return None
+    if isinstance(detail, list):
+        for index, item in enumerate(detail):
+            sub_path = path if not isinstance(item, dict | list) else (*path, str(index))
+            found = _first_error(item, sub_path)
+            if found:
+                return found
+        return None
+    return path, detail
+
+
+_STATUS_CODES = {
+    exceptions.ParseError: "malformed_json",
+    exceptions.AuthenticationFailed: "invalid_api_key",
+    exceptions.NotAuthenticated: "not_authenticated",
+    exceptions.PermissionDenied: "permission_denied",
+    exceptions.NotFound: "not_found",
+    exceptions.MethodNotAllowed: "method_not_allowed",
+    exceptions.NotAcceptable: "not_acceptable",
+    exceptions.UnsupportedMediaType: "unsupported_media_type",
+    exceptions.Throttled: "throttled",
+}
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, ApplicationError):
+        return Response(error_body(exc.code, exc.message, exc.extra), status=exc.status_code)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    elif isinstance(exc, RequestDataTooBig):
+        return Response(
+            error_body("request_too_large", "The request body is larger than this server accepts."),
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+
+    if isinstance(exc, exceptions.ValidationError):
+        first = _first_error(exc.detail)
+        if first is None:
+            code, message = "invalid", "The request is invalid."
+        else:
+            path, detail = first
+            code = getattr(detail, "code", None) or "invalid"
+            where = ".".join(p for p in path if p != "non_field_errors")
+            message = f"{where}: {detail}" if where else str(detail)
+        return Response(
+            error_body(code, message, {"fields": _detail_with_codes(exc.detail)}),
+            status=status.HTTP_400_BAD_REQUEST,
+        )
+
+    if isinstance(exc, exceptions.APIException):
+        code = next((c for cls, c in _STATUS_CODES.items() if isinstance(exc, cls)), None)
+        code = code or getattr(exc, "default_code", "error")
+        headers = {}
+        if getattr(exc, "auth_header", None):
+            headers["WWW-Authenticate"] = exc.auth_header
+        if getattr(exc, "wait", None):
+            headers["Retry-After"] = str(int(exc.wait))
+        return Response(error_body(code, str(exc.detail)), status=exc.status_code, headers=headers)
+    return None

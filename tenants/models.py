@@ -1,0 +1,114 @@
+"""Tenant, EndUser, ApiKey and Membership."""
+
+import hashlib
+import secrets
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+API_KEY_PREFIX = "mnemo"
+# "mnemo_" + 8 lookup chars + "_" + 40 secret chars. The lookup part is stored in clear so a key can be
+# found with an index; only the sha256 of the whole key is stored.
+_LOOKUP_LEN = 8
+_SECRET_BYTES = 30
+
+
+class Tenant(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    settings = models.JSONField(
+        default=dict, blank=True, help_text="Per-tenant knobs (default model, budgets, …)."
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class EndUser(models.Model):
+    """A user of the client app, known to us only by the app's own identifier."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="end_users")
+    external_id = models.CharField(max_length=255)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "external_id"], name="enduser_unique_per_tenant"),
+        ]
+
+    def __str__(self) -> str:
+        return self.external_id
+
+
+def hash_api_key(raw_key: str) -> str:
+    # Keys carry 240 random bits, so a fast hash is enough: there is nothing to brute-force.
+    return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+def split_api_key(raw_key: str) -> str | None:
+    """The lookup part of a well-formed key, or None."""
+    parts = raw_key.split("_")
+    if len(parts) != 3 or parts[0] != API_KEY_PREFIX or len(parts[1]) != _LOOKUP_LEN:
+        return None
+    return parts[1]
+
+
+class ApiKeyQuerySet(models.QuerySet):
+    def active(self) -> "ApiKeyQuerySet":
+        return self.filter(revoked_at__isnull=True)
+
+
+class ApiKey(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100, default="default")
+    prefix = models.CharField(max_length=_LOOKUP_LEN, unique=True, editable=False)
+    hashed_key = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiKeyQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{API_KEY_PREFIX}_{self.prefix}_… ({self.name})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    @staticmethod
+    def generate() -> tuple[str, str]:
+        """A new (raw key, lookup prefix). The raw key is returned to the caller once and never stored."""
+        alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+        lookup = "".join(secrets.choice(alphabet) for _ in range(_LOOKUP_LEN))
+        secret = secrets.token_urlsafe(_SECRET_BYTES).replace("_", "x").replace("-", "y")
+        return f"{API_KEY_PREFIX}_{lookup}_{secret}", lookup
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        OPERATOR = "operator", "Operator"
+        SUPPORT = "support", "Support"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "tenant"], name="membership_unique_per_tenant"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.tenant} ({self.role})"

@@ -1,0 +1,53 @@
+"""Writes for tenants, API keys and end users."""
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from tenants.errors import ApplicationError
+from tenants.models import ApiKey, EndUser, Tenant, hash_api_key
+
+
+@transaction.atomic
+def tenant_create(*, slug: str, name: str = "", settings: dict | None = None) -> tuple[Tenant, str]:
+    """A tenant with its first API key; returns the raw key, which is shown once and never stored."""
+    if not slug or slugify(slug) != slug:
+        raise ApplicationError(
+            f"{slug!r} is not a valid slug (lowercase letters, digits, hyphens).", code="invalid_slug"
+        )
+    if Tenant.objects.filter(slug=slug).exists():
+        raise ApplicationError(f"A tenant with slug {slug!r} exists.", code="tenant_exists", status_code=409)
+    tenant = Tenant.objects.create(slug=slug, name=name or slug, settings=settings or {})
+    _, raw_key = api_key_create(tenant=tenant, name="default")
+    return tenant, raw_key
+
+
+def api_key_create(*, tenant: Tenant, name: str = "default") -> tuple[ApiKey, str]:
+    # The lookup prefix is random; a collision is astronomically rare but cheap to retry.
+    for _ in range(5):
+        raw_key, lookup = ApiKey.generate()
+        try:
+            with transaction.atomic():
+                key = ApiKey.objects.create(
+                    tenant=tenant, name=name, prefix=lookup, hashed_key=hash_api_key(raw_key)
+                )
+        except IntegrityError:
+            continue
+        return key, raw_key
+    raise RuntimeError("could not allocate a unique API key prefix")
+
+
+def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
+    ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    api_key.refresh_from_db(fields=["revoked_at"])
+    return api_key
+
+
+def end_user_get_or_create(*, tenant: Tenant, external_id: str) -> EndUser:
+    try:
+        with transaction.atomic():
+            end_user, _ = EndUser.objects.get_or_create(tenant=tenant, external_id=external_id)
+    except IntegrityError:
+        # Two requests created the same user at once; the other one won.
+        end_user = EndUser.objects.get(tenant=tenant, external_id=external_id)
+    return end_user

@@ -1,0 +1,64 @@
+"""The cast every test module starts from: an owner tenant with its API key and an operator member, and
+an outsider tenant with a key of its own."""
+
+from dataclasses import dataclass
+
+import pytest
+from rest_framework.test import APIClient
+
+from conversations.models import Conversation
+from conversations.services import conversation_create
+from tenants.models import ApiKey, Membership, Tenant
+from tenants.services import tenant_create
+from tests.factories import MembershipFactory
+
+
+@dataclass
+class Actor:
+    tenant: Tenant
+    raw_key: str
+    client: APIClient
+
+    @property
+    def api_key(self) -> ApiKey:
+        return self.tenant.api_keys.get()
+
+
+def _actor(slug: str) -> Actor:
+    tenant, raw_key = tenant_create(slug=slug, name=slug.title())
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw_key}")
+    return Actor(tenant=tenant, raw_key=raw_key, client=client)
+
+
+@pytest.fixture
+def owner(db) -> Actor:
+    return _actor("owner")
+
+
+@pytest.fixture
+def outsider(db) -> Actor:
+    return _actor("outsider")
+
+
+@pytest.fixture
+def member(owner) -> Membership:
+    """An operator of the owner tenant (a staff user without superuser rights)."""
+    return MembershipFactory(tenant=owner.tenant, role=Membership.Role.OPERATOR)
+
+
+@pytest.fixture
+def anonymous() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def conversation(owner) -> Conversation:
+    return conversation_create(
+        tenant=owner.tenant, end_user_external_id="alice", title="Owner's conversation"
+    )
+
+
+@pytest.fixture
+def outsider_conversation(outsider) -> Conversation:
+    return conversation_create(tenant=outsider.tenant, end_user_external_id="mallory", title="Outsider's")

@@ -1,0 +1,84 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import env_bool, env_int
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("true", True), ("False", False), ("1", True), ("off", False)])
+def test_env_bool_accepts_booleans(monkeypatch, raw, expected):
+    monkeypatch.setenv("MNEMO_FLAG", raw)
+    assert env_bool("MNEMO_FLAG", default=not expected) is expected
+
+
+@pytest.mark.parametrize("raw", ["maybe", "treu", "2", "yes please"])
+def test_env_bool_refuses_anything_else(monkeypatch, raw):
+    monkeypatch.setenv("MNEMO_FLAG", raw)
+    with pytest.raises(ImproperlyConfigured, match="MNEMO_FLAG"):
+        env_bool("MNEMO_FLAG", default=True)
+
+
+def test_env_int_refuses_garbage_and_too_small(monkeypatch):
+    monkeypatch.setenv("MNEMO_N", "ten")
+    with pytest.raises(ImproperlyConfigured, match="not an integer"):
+        env_int("MNEMO_N", 5)
+    monkeypatch.setenv("MNEMO_N", "0")
+    with pytest.raises(ImproperlyConfigured, match="at least 1"):
+        env_int("MNEMO_N", 5, minimum=1)
+
+
+def _start(env_overrides: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    env.update(
+        {"MNEMO_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "config.django.local"}, **env_overrides
+    )
+    code = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(s.DATABASES['default']['ENGINE'], s.CELERY_TASK_ALWAYS_EAGER, "
+        "s.CHANNEL_LAYERS['default']['BACKEND'])"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_bad_boolean_stops_start_up_with_a_clear_message(tmp_path):
+    result = _start({"DJANGO_DEBUG": "perhaps"}, tmp_path)
+    assert result.returncode != 0
+    assert "DJANGO_DEBUG='perhaps' is not a boolean" in result.stderr
+
+
+def test_no_variables_give_the_embedded_default(tmp_path):
+    result = _start({}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [
+        "django.db.backends.sqlite3",
+        "True",
+        "channels.layers.InMemoryChannelLayer",
+    ]
+    assert (tmp_path / "secret_key").exists()
+
+
+def test_service_urls_switch_to_postgres_and_redis(tmp_path):
+    result = _start(
+        {"DATABASE_URL": "postgres://postgres@127.0.0.1:5432/test", "REDIS_URL": "redis://127.0.0.1:6379/0"},
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [
+        "django.db.backends.postgresql",
+        "False",
+        "channels_redis.core.RedisChannelLayer",
+    ]
+
+
+def test_production_needs_a_secret_key(tmp_path):
+    result = _start({"DJANGO_DEBUG": "false", "DJANGO_SETTINGS_MODULE": "config.django.production"}, tmp_path)
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY must be set" in result.stderr
