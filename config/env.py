@@ -8,15 +8,19 @@ from django.core.exceptions import ImproperlyConfigured
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
+# A .env file (see .env.example) fills in what the real environment does not set.
+if (BASE_DIR / ".env").is_file():
+    environ.Env.read_env(BASE_DIR / ".env")
 
 _TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off", ""}
+_FALSE = {"false", "0", "no", "off"}
 
 
 def env_bool(name: str, default: bool) -> bool:
     """A boolean is true/false (or 1/0, yes/no, on/off); anything else is a configuration error."""
     raw = env.str(name, default=None)
-    if raw is None:
+    # An empty value (NAME= in a .env file) means "not set", as for every other variable.
+    if raw is None or raw.strip() == "":
         return default
     value = raw.strip().lower()
     if value in _TRUE:
