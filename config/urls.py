@@ -1,7 +1,9 @@
 """Root URLs: the versioned API, its schema and docs, and the admin."""
 
 from django.contrib import admin
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import include, path
+from django.views.defaults import page_not_found
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 
@@ -14,3 +16,11 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema", **_public), name="docs"),
     path("api/v1/", include("conversations.urls")),
 ]
+
+
+def handler404(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """An unknown URL under /api/ answers in the API's error shape; elsewhere Django's page."""
+    if request.path.startswith("/api/"):
+        body = {"error": {"code": "not_found", "message": "No such endpoint.", "extra": {}}}
+        return JsonResponse(body, status=404)
+    return page_not_found(request, exception)

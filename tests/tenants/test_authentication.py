@@ -80,3 +80,10 @@ def test_schema_and_docs_are_public(anonymous):
     assert b"/api/v1/conversations/{conversation_id}/messages" in schema.content
     assert b"ErrorBody" in schema.content  # error responses are documented
     assert anonymous.get("/api/docs/").status_code == 200
+
+
+def test_unknown_api_path_answers_in_the_error_shape(owner, settings):
+    settings.DEBUG = False
+    response = owner.client.get("/api/v1/nothing-here")
+    assert response.status_code == 404
+    assert response.json() == {"error": {"code": "not_found", "message": "No such endpoint.", "extra": {}}}
