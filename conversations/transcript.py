@@ -24,6 +24,9 @@ from tenants.services import end_user_get_or_create
 
 FORMAT_VERSION = 1
 EXPORT_PAGE = 500
+# The largest values the columns hold (bigint seq, integer turn index), so a file cannot overflow them.
+_MAX_SEQ = 2**63 - 1
+_MAX_TURN_INDEX = 2**31 - 1
 _ROLES = set(Message.Role.values)
 _TURN_STATUSES = set(Turn.Status.values)
 
@@ -121,13 +124,16 @@ def _bad(line_no: int, message: str) -> ApplicationError:
 def _parse_time(value: Any, line_no: int, field: str) -> datetime | None:
     if value is None:
         return None
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        # The seed's files carry epoch milliseconds.
-        return datetime.fromtimestamp(value / 1000, tz=UTC)
-    if isinstance(value, str):
-        parsed = parse_datetime(value)
-        if parsed is not None:
-            return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    try:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            # The seed's files carry epoch milliseconds.
+            return datetime.fromtimestamp(value / 1000, tz=UTC)
+        if isinstance(value, str):
+            parsed = parse_datetime(value)
+            if parsed is not None:
+                return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    except (ValueError, OverflowError, OSError):
+        pass  # well-formed but impossible (month 13) or beyond what datetime holds
     raise _bad(line_no, f"{field} is not an ISO 8601 time or epoch milliseconds.")
 
 
@@ -141,12 +147,18 @@ def _kind(entry: dict[str, Any], line_no: int) -> str:
     return Message.Kind.MESSAGE
 
 
+def _is_int(value: Any, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
 def _parse_lines(data: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
     try:
         text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ApplicationError("The transcript is not UTF-8.", code="invalid_transcript") from None
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    except UnicodeDecodeError as exc:
+        raise _bad(data.count(b"\n", 0, exc.start) + 1, "not UTF-8.") from None
+    # Lines end at \n only: str.splitlines() would also cut at U+2028, U+0085 and the like, which JSON
+    # leaves unescaped inside strings (the export writes them as they are).
+    for line_no, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -163,7 +175,7 @@ def transcript_import(*, tenant: Tenant, data: bytes, max_message_bytes: int) ->
     anything is written."""
     lines = list(_parse_lines(data))
     if not lines:
-        raise ApplicationError("The transcript is empty.", code="invalid_transcript")
+        raise _bad(1, "the transcript is empty.")
     header: dict[str, Any] = {}
     if lines[0][1].get("type") == "conversation":
         line_no, header = lines.pop(0)
@@ -176,13 +188,19 @@ def transcript_import(*, tenant: Tenant, data: bytes, max_message_bytes: int) ->
         raise _bad(1, "model must be a string of at most 100 characters.")
 
     turns_by_index: dict[int, dict[str, Any]] = {}
-    for turn in header.get("turns") or []:
+    header_turns = header.get("turns") or []
+    if not isinstance(header_turns, list):
+        raise _bad(1, "turns must be a list.")
+    for turn in header_turns:
         if (
             not isinstance(turn, dict)
-            or not isinstance(turn.get("index"), int)
-            or turn.get("status") not in _TURN_STATUSES
+            or not _is_int(turn.get("index"), 1, _MAX_TURN_INDEX)
+            or not isinstance(turn.get("status"), str)
+            or turn["status"] not in _TURN_STATUSES
         ):
-            raise _bad(1, "each turn needs an integer index and a status of active, ended or compacted.")
+            raise _bad(
+                1, "each turn needs a positive integer index and a status of active, ended or compacted."
+            )
         if turn["index"] in turns_by_index:
             raise _bad(1, f"turn index {turn['index']} appears twice.")
         turns_by_index[turn["index"]] = turn
@@ -201,7 +219,7 @@ def transcript_import(*, tenant: Tenant, data: bytes, max_message_bytes: int) ->
         if file_uuid in seen:
             raise _bad(line_no, f"uuid {file_uuid!r} appears twice.")
         role = entry.get("role")
-        if role not in _ROLES:
+        if not isinstance(role, str) or role not in _ROLES:
             raise _bad(line_no, f"role must be one of {', '.join(sorted(_ROLES))}.")
         content = entry.get("content", "")
         if not isinstance(content, str):
@@ -215,17 +233,21 @@ def transcript_import(*, tenant: Tenant, data: bytes, max_message_bytes: int) ->
         line_seq = entry.get("seq")
         if line_seq is None:
             line_seq = seq + 1
-        if not isinstance(line_seq, int) or isinstance(line_seq, bool) or line_seq <= seq:
-            raise _bad(line_no, "seq must be an integer larger than the previous line's.")
+        if not _is_int(line_seq, seq + 1, _MAX_SEQ):
+            raise _bad(
+                line_no, f"seq must be an integer larger than the previous line's, at most {_MAX_SEQ}."
+            )
         seq = line_seq
         parent_uuid = entry.get("parentUuid")
         explicit_parent = None
         if parent_uuid != previous_uuid:
-            if parent_uuid is None or parent_uuid not in seen:
+            if not isinstance(parent_uuid, str) or parent_uuid not in seen:
                 raise _bad(line_no, "parentUuid must name an earlier line (or be null on the first).")
             explicit_parent = parent_uuid
         turn_index = entry.get("turnIndex")
-        if turn_index is not None and turn_index not in turns_by_index:
+        if turn_index is not None and not (
+            _is_int(turn_index, 1, _MAX_TURN_INDEX) and turn_index in turns_by_index
+        ):
             raise _bad(line_no, f"turnIndex {turn_index!r} is not a turn of the header.")
         metadata = (
             entry.get("compactMetadata" if entry.get("subtype") == "compact_boundary" else "metadata") or {}

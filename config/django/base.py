@@ -131,7 +131,9 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": "mnemo:ch"},
+            # redis-py 8 reads with a 5 s timeout, the same as channels_redis's blocking receive, so an idle
+            # socket would die with TimeoutError (django/channels_redis#422): let the receive block.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": None}], "prefix": "mnemo:ch"},
         }
     }
 else:
