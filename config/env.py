@@ -45,3 +45,18 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
 
 def env_str(name: str, default: str = "") -> str:
     return env.str(name, default=default).strip()
+
+
+def env_json_object(name: str) -> dict:
+    import json
+
+    raw = env.str(name, default="").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"{name} must be a JSON object.")
+    return value

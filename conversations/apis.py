@@ -31,35 +31,8 @@ from conversations.serializers import (
     TurnOutputSerializer,
 )
 from conversations.transcript import transcript_export, transcript_import
-from tenants.api import StrictSerializer, validated
+from tenants.api import CONFLICT_RESPONSES, StrictSerializer, error_responses, validated
 from tenants.errors import ApplicationError
-
-ERROR_SCHEMA = inline_serializer(
-    "Error",
-    {
-        "error": inline_serializer(
-            "ErrorBody",
-            {
-                "code": serializers.CharField(),
-                "message": serializers.CharField(),
-                "extra": serializers.DictField(),
-            },
-        )
-    },
-)
-_ERRORS = {
-    400: OpenApiResponse(ERROR_SCHEMA, description="Invalid input (code names the problem)"),
-    401: OpenApiResponse(ERROR_SCHEMA, description="Missing or invalid API key"),
-    404: OpenApiResponse(ERROR_SCHEMA, description="No such object in your tenant"),
-}
-_CONFLICT = {409: OpenApiResponse(ERROR_SCHEMA, description="Conflicts with the stored state")}
-
-
-def _errors(*extra_codes: dict[int, OpenApiResponse]) -> dict[int, OpenApiResponse]:
-    merged = dict(_ERRORS)
-    for codes in extra_codes:
-        merged.update(codes)
-    return merged
 
 
 class MetadataField(serializers.JSONField):
@@ -108,7 +81,7 @@ class ConversationListCreateApi(APIView):
             OpenApiParameter("limit", int, description="Page size (≤ 200)"),
             OpenApiParameter("cursor", str, description="Cursor from the previous page's next link"),
         ],
-        responses={200: ConversationOutputSerializer(many=True), **_errors()},
+        responses={200: ConversationOutputSerializer(many=True), **error_responses()},
     )
     def get(self, request: Any) -> Response:
         filters = validated(self.FilterSerializer, request.query_params)
@@ -117,7 +90,9 @@ class ConversationListCreateApi(APIView):
         page = paginator.paginate_queryset(qs, request, view=self)
         return paginator.get_paginated_response(ConversationOutputSerializer(page, many=True).data)
 
-    @extend_schema(request=InputSerializer, responses={201: ConversationOutputSerializer, **_errors()})
+    @extend_schema(
+        request=InputSerializer, responses={201: ConversationOutputSerializer, **error_responses()}
+    )
     def post(self, request: Any) -> Response:
         data = validated(self.InputSerializer, request.data)
         conversation = services.conversation_create(
@@ -137,19 +112,21 @@ class ConversationDetailApi(APIView):
         metadata = MetadataField(required=False)
         archived = serializers.BooleanField(required=False)
 
-    @extend_schema(responses={200: ConversationOutputSerializer, **_errors()})
+    @extend_schema(responses={200: ConversationOutputSerializer, **error_responses()})
     def get(self, request: Any, conversation_id: str) -> Response:
         conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
         return Response(ConversationOutputSerializer(conversation).data)
 
-    @extend_schema(request=InputSerializer, responses={200: ConversationOutputSerializer, **_errors()})
+    @extend_schema(
+        request=InputSerializer, responses={200: ConversationOutputSerializer, **error_responses()}
+    )
     def patch(self, request: Any, conversation_id: str) -> Response:
         conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
         data = validated(self.InputSerializer, request.data)
         conversation = services.conversation_update(conversation=conversation, **data)
         return Response(ConversationOutputSerializer(conversation).data)
 
-    @extend_schema(responses={204: None, **_errors()})
+    @extend_schema(responses={204: None, **error_responses()})
     def delete(self, request: Any, conversation_id: str) -> Response:
         conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
         services.conversation_delete(conversation=conversation)
@@ -170,6 +147,10 @@ class MessageInputSerializer(StrictSerializer):
     turn_id = serializers.UUIDField(required=False)
     parent_id = serializers.UUIDField(required=False)
     metadata = MetadataField(required=False, default=dict)
+    usage = serializers.DictField(
+        required=False,
+        help_text="On an assistant message: the provider's usage object, as returned, for cache accounting.",
+    )
 
     def validate_role(self, value: str) -> str:
         if value not in Message.Role.values:
@@ -212,7 +193,7 @@ class MessageListCreateApi(APIView):
                     "has_more": serializers.BooleanField(),
                 },
             ),
-            **_errors(),
+            **error_responses(),
         },
     )
     def get(self, request: Any, conversation_id: str) -> Response:
@@ -246,7 +227,7 @@ class MessageListCreateApi(APIView):
         responses={
             201: MessageOutputSerializer,
             200: OpenApiResponse(MessageOutputSerializer, description="Replay of an earlier request"),
-            **_errors(_CONFLICT),
+            **error_responses(CONFLICT_RESPONSES),
         },
     )
     def post(self, request: Any, conversation_id: str) -> Response:
@@ -278,7 +259,7 @@ class MessageDetailApi(APIView):
         parts = PartsField(required=False)
         metadata = MetadataField(required=False)
 
-    @extend_schema(responses={200: MessageOutputSerializer, **_errors()})
+    @extend_schema(responses={200: MessageOutputSerializer, **error_responses()})
     def get(self, request: Any, conversation_id: str, message_id: str) -> Response:
         conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
         message = access_message(conversation=conversation, message_id=message_id)
@@ -288,7 +269,7 @@ class MessageDetailApi(APIView):
         request=InputSerializer,
         description="Mark a message completed, or amend an incomplete one. "
         "A completed message is final (409).",
-        responses={200: MessageOutputSerializer, **_errors(_CONFLICT)},
+        responses={200: MessageOutputSerializer, **error_responses(CONFLICT_RESPONSES)},
     )
     def patch(self, request: Any, conversation_id: str, message_id: str) -> Response:
         conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
@@ -302,7 +283,7 @@ class MessageDetailApi(APIView):
 
 
 class TurnStartApi(APIView):
-    @extend_schema(request=None, responses={201: TurnOutputSerializer, **_errors()})
+    @extend_schema(request=None, responses={201: TurnOutputSerializer, **error_responses()})
     def post(self, request: Any, conversation_id: str) -> Response:
         conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
         if request.data:
@@ -316,7 +297,7 @@ class TurnStartApi(APIView):
 
 
 class TurnEndApi(APIView):
-    @extend_schema(request=None, responses={200: TurnOutputSerializer, **_errors()})
+    @extend_schema(request=None, responses={200: TurnOutputSerializer, **error_responses()})
     def post(self, request: Any, conversation_id: str, turn_id: str) -> Response:
         conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
         turn = access_turn(conversation=conversation, turn_id=turn_id)
@@ -329,7 +310,7 @@ class TurnEndApi(APIView):
 
 class TranscriptExportApi(APIView):
     @extend_schema(
-        responses={(200, "application/x-ndjson"): OpenApiTypes.STR, **_errors()},
+        responses={(200, "application/x-ndjson"): OpenApiTypes.STR, **error_responses()},
         description="The whole transcript as JSON Lines "
         "(a header line, then one line per message in seq order).",
     )
@@ -373,7 +354,7 @@ class TranscriptImportApi(APIView):
 
     @extend_schema(
         request={"application/x-ndjson": OpenApiTypes.STR},
-        responses={201: ConversationOutputSerializer, **_errors()},
+        responses={201: ConversationOutputSerializer, **error_responses()},
         description="Create a new conversation from a transcript exported by GET …/transcript.jsonl "
         "(or any file of that shape). All or nothing.",
     )

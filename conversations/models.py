@@ -107,6 +107,15 @@ class Message(models.Model):
                 name="message_idempotency_key_unique",
             ),
         ]
+        indexes = [
+            # The context pipeline looks up the last compaction boundary on every call; without this it
+            # would scan a conversation's whole history when there is none.
+            models.Index(
+                fields=["conversation", "seq"],
+                condition=Q(kind="compact_boundary"),
+                name="message_boundary_seq",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"#{self.seq} {self.role}"

@@ -14,6 +14,7 @@ from conversations.events import event_publish
 from conversations.models import Conversation, Message, Turn
 from conversations.parts import parts_text, parts_token_text
 from conversations.serializers import MessageOutputSerializer, TurnOutputSerializer
+from conversations.signals import assistant_usage_reported
 from providers.tokens import count_message
 from tenants.errors import ApplicationError
 from tenants.models import Tenant
@@ -117,7 +118,15 @@ def _prepare(item: dict[str, Any], *, index: int, model: str) -> dict[str, Any]:
             extra={"index": index, "size_bytes": size, "limit_bytes": settings.MNEMO_MAX_MESSAGE_BYTES},
         )
     role = item["role"]
+    usage = item.get("usage")
+    if usage is not None and role != Message.Role.ASSISTANT:
+        raise ApplicationError(
+            f"Message {index}: usage belongs on assistant messages.",
+            code="usage_not_allowed",
+            extra={"index": index},
+        )
     return {
+        "usage": usage,
         "role": role,
         "kind": item.get("kind", Message.Kind.MESSAGE),
         "content": content,
@@ -220,6 +229,7 @@ def message_append_batch(
                 )
 
         results: list[AppendResult | None] = []
+        usages: list[tuple[Message, dict[str, Any]]] = []
         to_create: list[Message] = []
         now = timezone.now()
         seq = locked.last_seq
@@ -235,6 +245,7 @@ def message_append_batch(
                     )
                 results.append(AppendResult(existing[key], created=False))
                 continue
+            usage = row.pop("usage")
             turn_id = row.pop("turn_id")
             if turn_id is not None:
                 turn = turns.get(turn_id)
@@ -257,10 +268,16 @@ def message_append_batch(
             message = Message(conversation_id=locked.id, seq=seq, turn_id=turn_id, created_at=now, **row)
             to_create.append(message)
             results.append(AppendResult(message, created=True))
+            if usage is not None:
+                usages.append((message, usage))
 
         if to_create:
             Message.objects.bulk_create(to_create)
             Conversation.objects.filter(pk=locked.pk).update(last_seq=seq, updated_at=now)
+            for message, usage in usages:
+                assistant_usage_reported.send(
+                    sender=Message, conversation=conversation, message=message, usage=usage
+                )
             for message in to_create:
                 event_publish(
                     tenant_id=locked.tenant_id,

@@ -5,6 +5,7 @@ import io
 from typing import Any
 
 from django.conf import settings
+from drf_spectacular.utils import OpenApiResponse, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.exceptions import ErrorDetail, ValidationError
 from rest_framework.parsers import JSONParser
@@ -47,3 +48,34 @@ def validated(serializer_class: type[serializers.Serializer], data: Any, **kwarg
     serializer = serializer_class(data=data, **kwargs)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
+
+
+# --- documented error responses (the one error shape) ----------------------------------------------------
+
+ERROR_SCHEMA = inline_serializer(
+    "Error",
+    {
+        "error": inline_serializer(
+            "ErrorBody",
+            {
+                "code": serializers.CharField(),
+                "message": serializers.CharField(),
+                "extra": serializers.DictField(),
+            },
+        )
+    },
+)
+ERROR_RESPONSES = {
+    400: OpenApiResponse(ERROR_SCHEMA, description="Invalid input (code names the problem)"),
+    401: OpenApiResponse(ERROR_SCHEMA, description="Missing or invalid API key"),
+    404: OpenApiResponse(ERROR_SCHEMA, description="No such object in your tenant"),
+}
+CONFLICT_RESPONSES = {409: OpenApiResponse(ERROR_SCHEMA, description="Conflicts with the stored state")}
+
+
+def error_responses(*extra_codes: dict[int, OpenApiResponse]) -> dict[int, OpenApiResponse]:
+    """Documented error responses of an endpoint: 400/401/404 plus any extra."""
+    merged = dict(ERROR_RESPONSES)
+    for codes in extra_codes:
+        merged.update(codes)
+    return merged

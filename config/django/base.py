@@ -10,7 +10,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import BASE_DIR, env, env_bool, env_int, env_str
+from config.env import BASE_DIR, env, env_bool, env_int, env_json_object, env_str
 
 DEBUG = env_bool("DJANGO_DEBUG", default=True)
 
@@ -53,6 +53,8 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "tenants",
     "conversations",
+    "prefix_cache",
+    "context",
 ]
 
 MIDDLEWARE = [
@@ -206,6 +208,12 @@ MNEMO_MAX_MESSAGE_BYTES = env_int("MNEMO_MAX_MESSAGE_BYTES", 256 * 1024, minimum
 MNEMO_MAX_BATCH_MESSAGES = env_int("MNEMO_MAX_BATCH_MESSAGES", 100, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MNEMO_MAX_REQUEST_BYTES", 16 * 1024 * 1024, minimum=1024)
 MNEMO_DEFAULT_MODEL = env_str("MNEMO_DEFAULT_MODEL", "gpt-4o")
+# Token budget of a context call that names none (a tenant's settings.token_budget wins; both are capped by
+# the model's window less its maximum output).
+MNEMO_DEFAULT_TOKEN_BUDGET = env_int("MNEMO_DEFAULT_TOKEN_BUDGET", 32000, minimum=256)
+# Extra or corrected input-token prices, JSON: {"model-prefix": {"input", "cached_input", "cache_write"}}
+# in USD per million tokens (see prefix_cache/pricing.py for the defaults).
+MNEMO_PRICE_TABLE = env_json_object("MNEMO_PRICE_TABLE")
 # A key's last_used_at is written at most this often, so authentication stays a read on the hot path.
 MNEMO_API_KEY_TOUCH_SECONDS = env_int("MNEMO_API_KEY_TOUCH_SECONDS", 60, minimum=0)
 

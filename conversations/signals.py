@@ -1,0 +1,8 @@
+"""Signals conversations owns so that higher apps can react without this app importing them."""
+
+from django.dispatch import Signal
+
+# Sent inside the append transaction for an assistant message that arrived with the provider's usage
+# object; receivers may raise ApplicationError to refuse the whole append.
+# kwargs: conversation, message, usage (dict as the provider returned it)
+assistant_usage_reported = Signal()

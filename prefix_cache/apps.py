@@ -1,0 +1,10 @@
+from django.apps import AppConfig
+
+
+class PrefixCacheConfig(AppConfig):
+    name = "prefix_cache"
+    verbose_name = "Prefix cache"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from prefix_cache import receivers  # noqa: F401

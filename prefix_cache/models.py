@@ -1,0 +1,68 @@
+"""PrefixHint (which prompt prefixes a tenant has sent, per layout level) and CacheUsage (predicted vs
+actual cached tokens, one row per context call, completed when the provider's usage comes back)."""
+
+import uuid
+
+from django.db import models
+from django.utils import timezone
+
+from conversations.models import Conversation
+from tenants.models import Tenant
+
+
+class PrefixHint(models.Model):
+    class Level(models.TextChoices):
+        B1 = "B1", "B1 agent profile"
+        B2A = "B1+B2a", "+ core memory"
+        B4 = "B1+B2a+B4", "+ summaries (whole system message)"
+        B6 = "B1+B2a+B4+B6", "+ history"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="prefix_hints")
+    level = models.CharField(max_length=16, choices=Level.choices)
+    hash = models.CharField(max_length=64)
+    token_count = models.PositiveIntegerField()
+    hits = models.PositiveIntegerField(default=1)
+    first_seen = models.DateTimeField(default=timezone.now)
+    last_seen = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "level", "hash"], name="prefixhint_unique")]
+        indexes = [models.Index(fields=["tenant", "-last_seen"], name="prefixhint_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.level} {self.hash[:12]} ({self.hits} hits)"
+
+
+class CacheUsage(models.Model):
+    class Provider(models.TextChoices):
+        OPENAI = "openai", "OpenAI"
+        ANTHROPIC = "anthropic", "Anthropic"
+        GEMINI = "gemini", "Gemini"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="cache_usage")
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="cache_usage")
+    provider = models.CharField(max_length=16, choices=Provider.choices)
+    model = models.CharField(max_length=100)
+    # Filled from the provider's usage object; null until it arrives.
+    prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cached_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cache_write_tokens = models.PositiveIntegerField(null=True, blank=True)
+    completion_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # What Mnemo predicted when it assembled the prompt.
+    predicted_prompt_tokens = models.PositiveIntegerField(default=0)
+    predicted_cacheable_tokens = models.PositiveIntegerField(default=0)
+    prefix_hash = models.CharField(max_length=64, blank=True)
+    hint_level = models.CharField(max_length=16, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    reported_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "cache usage"
+        indexes = [
+            models.Index(fields=["tenant", "-created_at"], name="cacheusage_recent"),
+            models.Index(fields=["conversation", "-created_at"], name="cacheusage_conversation"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model} {self.cached_tokens}/{self.prompt_tokens}"

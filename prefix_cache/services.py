@@ -1,0 +1,125 @@
+"""Writes: PrefixHint bookkeeping and CacheUsage (predicted on assembly, actual when usage arrives)."""
+
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+from rest_framework import status
+
+from conversations.models import Conversation
+from prefix_cache.models import CacheUsage, PrefixHint
+from prefix_cache.usage import usage_parse
+from providers.model_table import model_info
+from tenants.errors import ApplicationError
+from tenants.models import Tenant
+
+
+@dataclass(frozen=True)
+class PrefixLevel:
+    level: str
+    hash: str
+    tokens: int
+
+
+def prefix_hints_record(*, tenant: Tenant, levels: list[PrefixLevel]) -> str | None:
+    """Count this request's prefixes and return the deepest level that had been sent before (the prefix
+    the provider can serve from its cache), or None. Levels are ordered shallow to deep."""
+    now = timezone.now()
+    known = set(
+        PrefixHint.objects.filter(
+            tenant=tenant, level__in=[lv.level for lv in levels], hash__in=[lv.hash for lv in levels]
+        ).values_list("level", "hash")
+    )
+    hit = None
+    for lv in levels:
+        if (lv.level, lv.hash) in known:
+            hit = lv.level
+        else:
+            break  # a deeper level cannot match when a shallower one did not
+    seen = [lv for lv in levels if (lv.level, lv.hash) in known]
+    new = [lv for lv in levels if (lv.level, lv.hash) not in known]
+    if seen:
+        for lv in seen:
+            PrefixHint.objects.filter(tenant=tenant, level=lv.level, hash=lv.hash).update(
+                hits=F("hits") + 1, last_seen=now
+            )
+    if new:
+        # Two requests may race to create the same hint; the loser's row is simply not inserted.
+        PrefixHint.objects.bulk_create(
+            [
+                PrefixHint(
+                    tenant=tenant,
+                    level=lv.level,
+                    hash=lv.hash,
+                    token_count=lv.tokens,
+                    first_seen=now,
+                    last_seen=now,
+                )
+                for lv in new
+            ],
+            ignore_conflicts=True,
+        )
+    return hit
+
+
+def cache_usage_open(
+    *,
+    conversation: Conversation,
+    provider: str,
+    model: str,
+    predicted_prompt_tokens: int,
+    predicted_cacheable_tokens: int,
+    prefix_hash: str,
+    hint_level: str | None,
+) -> CacheUsage:
+    return CacheUsage.objects.create(
+        tenant_id=conversation.tenant_id,
+        conversation=conversation,
+        provider=provider,
+        model=model,
+        predicted_prompt_tokens=predicted_prompt_tokens,
+        predicted_cacheable_tokens=predicted_cacheable_tokens,
+        prefix_hash=prefix_hash,
+        hint_level=hint_level or "",
+    )
+
+
+def cache_usage_report(
+    *, conversation: Conversation, usage: object, provider: str | None = None, context_id: object = None
+) -> CacheUsage:
+    """Record the provider's usage against the context call it answers: the one named by context_id, else
+    the conversation's latest call still waiting for usage, else a new row with no prediction."""
+    info = model_info(conversation.model)
+    default_provider = {"anthropic": "anthropic", "google": "gemini"}.get(info.provider, "openai")
+    parsed = usage_parse(usage, provider=provider, default_provider=default_provider)
+    with transaction.atomic():
+        pending = CacheUsage.objects.select_for_update().filter(conversation=conversation)
+        if context_id is not None:
+            row = pending.filter(pk=context_id).first()
+            if row is None:
+                raise ApplicationError(
+                    "No context call with that id in this conversation.",
+                    code="not_found",
+                    status_code=status.HTTP_404_NOT_FOUND,
+                )
+            if row.reported_at is not None:
+                raise ApplicationError(
+                    "Usage for this context call was already reported.",
+                    code="usage_already_reported",
+                    status_code=status.HTTP_409_CONFLICT,
+                )
+        else:
+            row = pending.filter(reported_at__isnull=True).order_by("-created_at").first()
+            if row is None:
+                row = CacheUsage(
+                    tenant_id=conversation.tenant_id, conversation=conversation, model=conversation.model
+                )
+        row.provider = parsed.provider
+        row.prompt_tokens = parsed.prompt_tokens
+        row.cached_tokens = parsed.cached_tokens
+        row.cache_write_tokens = parsed.cache_write_tokens
+        row.completion_tokens = parsed.completion_tokens
+        row.reported_at = timezone.now()
+        row.save()
+    return row
