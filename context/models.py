@@ -1,6 +1,7 @@
 """AgentProfile (B1) and the per-conversation context state the pipeline keeps."""
 
 import uuid
+from typing import Any
 
 from django.db import models
 from django.db.models import Q
@@ -35,6 +36,22 @@ class AgentProfile(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} v{self.version}"
+
+    def validate_constraints(self, exclude: Any = None) -> None:
+        # Form validation would refuse a second default; the service instead releases the previous default
+        # in the same transaction, so that constraint is left to it (and to the database).
+        from django.core.exceptions import ValidationError
+
+        try:
+            super().validate_constraints(exclude=exclude)
+        except ValidationError as exc:
+            errors = {
+                field: [e for e in messages if "agentprofile_one_default_per_tenant" not in str(e)]
+                for field, messages in exc.message_dict.items()
+            }
+            errors = {field: messages for field, messages in errors.items() if messages}
+            if errors:
+                raise ValidationError(errors) from None
 
     def render(self) -> str:
         """B1 text. A pure function of the profile's fields: no dates, no ids."""

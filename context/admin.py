@@ -1,0 +1,124 @@
+"""Admin: agent profiles and the context inspector (the assembled prompt for a conversation and a test
+message, with per-block tokens, hashes, provenance and what the budget dropped)."""
+
+import json
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import path
+
+from context.models import AgentProfile, ConversationContext
+from context.pipeline import ContextRequest, context_assemble, context_payload
+from conversations.models import Conversation
+from prefix_cache.rendering import FORMATS
+from tenants.admin_scoping import TenantScopedAdmin, member_tenant_ids
+from tenants.errors import ApplicationError
+
+
+class InspectorForm(forms.Form):
+    conversation = forms.ModelChoiceField(queryset=Conversation.objects.none())
+    user_message = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), initial="What did we decide?")
+    token_budget = forms.IntegerField(required=False, min_value=256)
+    format = forms.ChoiceField(choices=[(f, f) for f in FORMATS], initial="openai")
+
+    def __init__(self, *args: Any, conversations: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["conversation"].queryset = conversations
+
+
+@admin.register(AgentProfile)
+class AgentProfileAdmin(TenantScopedAdmin):
+    list_display = ["name", "tenant", "is_default", "version", "updated_at"]
+    list_filter = ["tenant", "is_default"]
+    search_fields = ["name", "scope"]
+    readonly_fields = ["version", "created_at", "updated_at", "rendered"]
+    fields = [
+        "tenant",
+        "name",
+        "scope",
+        "policy",
+        "is_default",
+        "version",
+        "rendered",
+        "created_at",
+        "updated_at",
+    ]
+    change_list_template = "admin/context/agentprofile_change_list.html"
+    add_roles = TenantScopedAdmin.change_roles
+    delete_roles = TenantScopedAdmin.change_roles
+
+    @admin.display(description="B1 as rendered")
+    def rendered(self, obj: AgentProfile) -> str:
+        return obj.render() if obj.pk else ""
+
+    def save_model(self, request: HttpRequest, obj: AgentProfile, form: Any, change: bool) -> None:
+        from context.services import agent_profile_create, agent_profile_update
+
+        data = {name: form.cleaned_data[name] for name in ("name", "scope", "policy", "is_default")}
+        try:
+            if change:
+                agent_profile_update(profile=AgentProfile.objects.get(pk=obj.pk), **data)
+            else:
+                created = agent_profile_create(tenant=form.cleaned_data["tenant"], **data)
+                obj.pk = created.pk
+        except ApplicationError as exc:
+            self.message_user(request, exc.message, level="error")
+
+    def get_urls(self) -> list[Any]:
+        return [
+            path("inspector/", self.admin_site.admin_view(self.inspector_view), name="context_inspector"),
+            *super().get_urls(),
+        ]
+
+    def inspector_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_module_permission(request):
+            raise PermissionDenied
+        conversations = Conversation.objects.select_related("tenant").order_by("-created_at")
+        if not request.user.is_superuser:
+            conversations = conversations.filter(tenant__in=member_tenant_ids(request))
+        form = InspectorForm(request.POST or None, conversations=conversations)
+        if request.method == "GET" and "conversation" in request.GET:
+            form = InspectorForm({**request.GET.dict()}, conversations=conversations)
+        result = error = None
+        if form.is_bound and form.is_valid():
+            try:
+                # A dry run: nothing the inspector does may change the conversation's prompt or statistics.
+                with transaction.atomic():
+                    state = context_assemble(
+                        conversation=form.cleaned_data["conversation"],
+                        request=ContextRequest(
+                            user_message=form.cleaned_data["user_message"],
+                            token_budget=form.cleaned_data.get("token_budget"),
+                            format=form.cleaned_data["format"],
+                            record=False,
+                        ),
+                    )
+                    result = context_payload(state)
+                    transaction.set_rollback(True)
+            except ApplicationError as exc:
+                error = exc.message
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Context inspector",
+            "form": form,
+            "result": result,
+            "error": error,
+            "messages_json": json.dumps(result["messages"], indent=2, ensure_ascii=False) if result else "",
+            "system_json": json.dumps(result["system"], indent=2, ensure_ascii=False) if result else "",
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/context/inspector.html", context)
+
+
+@admin.register(ConversationContext)
+class ConversationContextAdmin(TenantScopedAdmin):
+    tenant_lookup = "conversation__tenant"
+    list_display = ["conversation", "agent_profile", "window_start_seq", "updated_at"]
+    list_select_related = ["conversation", "agent_profile"]
+    readonly_fields = ["conversation", "window_start_seq", "updated_at"]
+    fields = ["conversation", "agent_profile", "window_start_seq", "updated_at"]
