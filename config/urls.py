@@ -15,6 +15,8 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(**_public), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema", **_public), name="docs"),
     path("api/v1/", include("conversations.urls")),
+    path("api/v1/", include("cold_storage.urls")),
+    path("api/v1/", include("summaries.urls")),
     path("api/v1/", include("prefix_cache.urls")),
     path("api/v1/", include("context.urls")),
 ]

@@ -16,6 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from context import sources
+from context.images import attach_images
 from context.models import AgentProfile, ConversationContext
 from conversations.models import Conversation, Message
 from prefix_cache.accounting import count_cached
@@ -62,6 +63,7 @@ class ContextState:
     context: ConversationContext
     layout: Layout = field(default_factory=Layout)
     boundary_seq: int = 0
+    history_until: int | None = None  # the history stops here when the question is a stored message
     history_before: int = 0  # seq the loaded history starts after
     protected_from_seq: int = 0
     timings: dict[str, float] = field(default_factory=dict)
@@ -87,10 +89,24 @@ class ContextState:
 # --- set-up -----------------------------------------------------------------------------------------------
 
 
+MIN_BUDGET = 256
+
+
 def default_budget(*, tenant_settings: dict[str, Any], info: ModelInfo) -> int:
-    window_room = info.context_window - info.max_output_tokens
+    """The configured budget, capped by the window less room for the reply. Models whose reply may fill the
+    whole window (gpt-4: 8,192 and 8,192) reserve a quarter of it instead of leaving nothing."""
+    reserve = (
+        info.max_output_tokens if info.max_output_tokens < info.context_window else info.context_window // 4
+    )
     configured = tenant_settings.get("token_budget") or settings.MNEMO_DEFAULT_TOKEN_BUDGET
-    return max(1, min(int(configured), window_room))
+    return max(MIN_BUDGET, min(int(configured), info.context_window - reserve))
+
+
+def system_message_tokens(text: str, *, model: str) -> int:
+    """Tokens of the system message as sent: its text (memoised) plus the role and per-message overhead."""
+    if not text:
+        return 0
+    return count_cached(text, model=model) + count_message(role="system", content="", model=model)
 
 
 def _context_state(conversation: Conversation) -> ConversationContext:
@@ -157,6 +173,7 @@ def stage_load(state: ContextState) -> None:
     for loader in sources.BLOCK_SOURCES.values():
         loader(state)  # each later capability (summaries, memory, retrieval) plugs in here
     state.boundary_seq = sources.boundary_seq(state.conversation)
+    state.history_until = history_until
     _load_history(state, until_seq=history_until)
 
 
@@ -174,9 +191,12 @@ def _agent_profile(state: ContextState) -> AgentProfile | None:
 
 def _history_allowance(state: ContextState) -> int:
     layout = state.layout
-    fixed = count_cached("\n\n".join(s for s in render_system_sections(layout) if s), model=state.model)
-    fixed += MESSAGE_OVERHEAD_TOKENS * 2 + REPLY_PRIMING_TOKENS
-    fixed += count_cached(layout.user_message, model=state.model)
+    fixed = system_message_tokens(
+        "\n\n".join(s for s in render_system_sections(layout) if s), model=state.model
+    )
+    fixed += (
+        count_cached(layout.user_message, model=state.model) + MESSAGE_OVERHEAD_TOKENS + REPLY_PRIMING_TOKENS
+    )
     return state.budget - fixed
 
 
@@ -229,6 +249,7 @@ def _load_history(state: ContextState, *, until_seq: int | None) -> None:
         )
         for m in messages
     ]
+    attach_images(state)  # image bytes, read only for the images the prompt shows as pixels
 
 
 def stage_overlay(state: ContextState) -> None:
@@ -267,8 +288,7 @@ def _exact_total(state: ContextState, history_tokens: int) -> dict[str, int]:
     layout = state.layout
     from prefix_cache.rendering import current_user_text, system_text
 
-    system = system_text(layout)
-    system_tokens = count_cached(system, model=state.model) + MESSAGE_OVERHEAD_TOKENS if system else 0
+    system_tokens = system_message_tokens(system_text(layout), model=state.model)
     user_tokens = count_message(role="user", content=current_user_text(layout), model=state.model)
     return {
         "system": system_tokens,
@@ -292,6 +312,14 @@ def stage_budget(state: ContextState) -> None:
         state.dropped.append(
             {"block": "B5", "reason": "budget", "source": item.source, "tokens": item.tokens}
         )
+        totals = _exact_total(state, history_tokens)
+
+    if layout.b6 and sources.compaction_check(state, totals):
+        # Compaction moved the boundary (B4 gained a segment): B6 now starts after it.
+        state.boundary_seq = sources.boundary_seq(state.conversation)
+        layout.b6 = []
+        _load_history(state, until_seq=state.history_until)
+        history_tokens = sum(m.token_count for m in layout.b6)
         totals = _exact_total(state, history_tokens)
 
     if totals["total"] > state.budget and layout.b6:
@@ -344,7 +372,7 @@ def stage_budget(state: ContextState) -> None:
         totals = _exact_total(state, history_tokens)
 
     if totals["total"] > state.budget and layout.b3:
-        _truncate_task_state(state, over=totals["total"] - state.budget)
+        _truncate_task_state(state, history_tokens=history_tokens)
         totals = _exact_total(state, history_tokens)
 
     if totals["total"] > state.budget:
@@ -360,14 +388,25 @@ def stage_budget(state: ContextState) -> None:
 _TRUNCATION_MARKER = "\n[… task state truncated to fit the token budget]"
 
 
-def _truncate_task_state(state: ContextState, *, over: int) -> None:
+def _truncate_task_state(state: ContextState, *, history_tokens: int) -> None:
+    """Keep the longest head of B3 (plus the marker) that fits; tokens per character vary along a text, so
+    the cut is found by bisection rather than estimated once."""
     item = state.layout.b3
     assert item is not None
-    keep_tokens = max(0, item.tokens - over - count_cached(_TRUNCATION_MARKER, model=state.model))
-    # Characters per token of this text, so one cut usually lands under the budget.
-    ratio = len(item.text) / max(1, item.tokens)
-    text = item.text[: int(keep_tokens * ratio)] + _TRUNCATION_MARKER
-    state.layout.b3 = Item(text=text, tokens=count_cached(text, model=state.model), source=item.source)
+
+    def shortened(length: int) -> Item:
+        text = item.text[:length] + _TRUNCATION_MARKER
+        return Item(text=text, tokens=count_cached(text, model=state.model), source=item.source)
+
+    low, high = 0, len(item.text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        state.layout.b3 = shortened(middle)
+        if _exact_total(state, history_tokens)["total"] <= state.budget:
+            low = middle
+        else:
+            high = middle - 1
+    state.layout.b3 = shortened(low)
     state.dropped.append(
         {
             "block": "B3",
@@ -390,7 +429,7 @@ def _prefix_levels(state: ContextState) -> list[PrefixLevel]:
     levels = []
     for depth, level in enumerate(LEVELS[:3], start=1):
         text = "\n\n".join(s for s in sections[:depth] if s)
-        tokens = count_cached(text, model=state.model) + MESSAGE_OVERHEAD_TOKENS if text else 0
+        tokens = system_message_tokens(text, model=state.model)
         levels.append(PrefixLevel(level, sha256(salt + text), tokens))
     history_hash = sha256(levels[-1].hash + canonical_json(state.rendered.history))
     levels.append(PrefixLevel(LEVELS[3], history_hash, levels[-1].tokens + state.tokens["history"]))

@@ -5,20 +5,127 @@ B1 (agent profile) and B6 (history since the last compaction boundary) are loade
 Summaries (B4), core memory (B2a), session profile (B2b), task state (B3) and retrieval (B5) register their
 loaders in BLOCK_SOURCES as those capabilities land."""
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
-from conversations.models import Conversation, Message
+from django.db import transaction
+
+from context.models import ConversationContext
+from conversations.models import Conversation
+from prefix_cache.accounting import count_cached
+from prefix_cache.rendering import Item
+from summaries.conf import compaction_config
+from summaries.locks import LockBusy
+from summaries.selectors import history_start_seq, segment_prompt_text, segment_source, segments_live
+from summaries.services import (
+    CompactionStale,
+    compaction_request,
+    compaction_run,
+    history_tokens,
+    segments_replay,
+)
+
+logger = logging.getLogger(__name__)
 
 BLOCK_SOURCES: dict[str, Callable[[Any], None]] = {}
 
 
 def boundary_seq(conversation: Conversation) -> int:
-    """The seq of the last compaction boundary (0 before the first): B6 starts after it."""
-    last = (
-        Message.objects.filter(conversation=conversation, kind=Message.Kind.COMPACT_BOUNDARY)
-        .order_by("-seq")
-        .values_list("seq", flat=True)
-        .first()
+    """The seq B6 resumes after: the last message the last compaction summarised (0 before the first).
+    The boundary message itself is appended at the end of the transcript when the compaction is written."""
+    return history_start_seq(conversation)
+
+
+# --- B4: summary segments ---------------------------------------------------------------------------------
+
+
+def load_summaries(state: Any) -> None:
+    """B4: the live summary segments, oldest first, each with its seq range. Append-only between boundaries
+    (a new segment only arrives with a compaction), so the system message stays byte-identical meanwhile.
+    An imported transcript has its compaction records but no segments yet: they are replayed first."""
+    segments = segments_live(conversation=state.conversation) or segments_replay(
+        conversation=state.conversation
     )
-    return last or 0
+    items = []
+    for segment in segments:
+        text = segment_prompt_text(segment)
+        items.append(
+            Item(text=text, tokens=count_cached(text, model=state.model), source=segment_source(segment))
+        )
+    state.layout.b4 = items
+
+
+BLOCK_SOURCES["B4"] = load_summaries
+
+
+def compaction_check(state: Any, totals: dict[str, int]) -> bool:
+    """Called by the budget stage before it cuts B6. The history since the last boundary (all of it, also
+    what an earlier prompt-only window cut left out) is measured against the tenant's history budget: at its
+    background share a background compaction is queued (duplicates collapse); at its trigger share, or when
+    the prompt would pass the trigger share of the model's window, the request must compact, synchronously,
+    and B4 is reloaded. Below that a prompt over this request's budget is cut by the window (prompt only).
+    Returns True when the boundary moved (the caller reloads B6). A request that records nothing (the
+    inspector's dry run) never compacts.
+
+    Core-memory edits are folded into B2a at a boundary by a receiver of summaries.signals.boundary_moved
+    (the memory capability's; not built here)."""
+    if not state.request.record:
+        return False
+    cfg = compaction_config(state.conversation)
+    # The loaded history is all of it unless a window cut or the budget left older messages unread.
+    loaded_all = state.history_before <= state.boundary_seq and state.history_until is None
+    history = totals["history"] if loaded_all else history_tokens(state.conversation)
+    over = totals["total"] > state.budget
+    window_full = totals["total"] > cfg.trigger * state.info.context_window
+    if history < cfg.trigger * cfg.history_budget and not window_full:
+        if history >= cfg.background * cfg.history_budget:
+            compaction_request(conversation=state.conversation, trigger="auto")
+        return False
+    try:
+        # A savepoint: a failed compaction leaves the request's transaction usable for the window cut.
+        with transaction.atomic():
+            outcome = compaction_run(conversation=state.conversation, trigger="auto", sync=True)
+    except (LockBusy, CompactionStale):
+        if over:
+            state.degrade(
+                "budget",
+                "compaction_busy",
+                "A background compaction of this conversation is running: the oldest history is left out of "
+                "this prompt instead (prompt only; nothing is deleted).",
+            )
+        return False
+    except Exception as exc:
+        logger.exception("compaction of %s failed on the request path", state.conversation.id)
+        state.degrade(
+            "budget",
+            "compaction_failed",
+            f"Compaction failed ({type(exc).__name__}): the oldest history is left out of this prompt "
+            "instead.",
+        )
+        return False
+    if outcome is None:
+        return False
+    for degradation in outcome.degradations:
+        state.degrade("budget", degradation["code"], degradation["message"])
+    state.dropped.append(
+        {
+            "block": "B6",
+            "reason": "compacted",
+            "from_seq": outcome.start_seq,
+            "to_seq": outcome.end_seq,
+            "messages": outcome.messages_summarised,
+            "tokens": outcome.range_tokens,
+            "summary_tokens": sum(s.token_count for s in outcome.segments),
+            "segment_ids": [str(s.id) for s in outcome.segments],
+            "source": outcome.source,
+        }
+    )
+    # A prompt-only window cut made while compaction could not run must not hide messages the new boundary
+    # left in B6.
+    ConversationContext.objects.filter(pk=state.context.pk, window_start_seq__gt=outcome.end_seq).update(
+        window_start_seq=outcome.end_seq
+    )
+    state.context.window_start_seq = min(state.context.window_start_seq, outcome.end_seq)
+    load_summaries(state)
+    return True

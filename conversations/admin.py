@@ -4,12 +4,13 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 from rest_framework.exceptions import ValidationError
 
+from cold_storage.admin import thumbnail_tag
 from conversations.models import Conversation, Message, Turn
-from conversations.parts import parts_validate
+from conversations.parts import image_line, iter_image_parts, parts_validate
 from conversations.services import message_token_count
 from tenants.admin_scoping import TenantScopedAdmin
 
@@ -87,6 +88,7 @@ class MessageAdmin(TenantScopedAdmin):
         "role",
         "kind",
         "preview",
+        "thumbnails",
         "token_count",
         "completed",
         "is_error",
@@ -107,6 +109,7 @@ class MessageAdmin(TenantScopedAdmin):
         "idempotency_key",
         "parent",
         "created_at",
+        "images",
     ]
     fields = [
         "id",
@@ -117,6 +120,7 @@ class MessageAdmin(TenantScopedAdmin):
         "kind",
         "content",
         "parts",
+        "images",
         "completed",
         "is_error",
         "metadata",
@@ -129,6 +133,24 @@ class MessageAdmin(TenantScopedAdmin):
     @admin.display(description="Content")
     def preview(self, obj: Message) -> str:
         return Truncator(obj.content).chars(80)
+
+    def _thumbnails(self, obj: Message, size: int, limit: int) -> str:
+        tags = []
+        for part in list(iter_image_parts(obj.parts))[:limit]:
+            if "image_id" not in part:
+                continue
+            # A placeholder or a duplicate says so in its title; the thumbnail still shows the pixels.
+            title = image_line(part) or f"{part['image_id']} (pixels kept)"
+            tags.append(thumbnail_tag(part["image_id"], size=size, title=title))
+        return format_html_join(" ", "{}", ((t,) for t in tags)) if tags else "—"
+
+    @admin.display(description="Images")
+    def thumbnails(self, obj: Message) -> str:
+        return self._thumbnails(obj, size=48, limit=4)
+
+    @admin.display(description="Images")
+    def images(self, obj: Message) -> str:
+        return self._thumbnails(obj, size=240, limit=50)
 
     def save_model(self, request: HttpRequest, obj: Message, form: Any, change: bool) -> None:
         # An operator's correction is counted like any write, so the context budget stays exact.

@@ -11,7 +11,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import serializers, status
 from rest_framework.exceptions import ErrorDetail, ValidationError
 from rest_framework.pagination import CursorPagination
-from rest_framework.parsers import BaseParser
+from rest_framework.parsers import BaseParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -31,7 +31,13 @@ from conversations.serializers import (
     TurnOutputSerializer,
 )
 from conversations.transcript import transcript_export, transcript_import
-from tenants.api import CONFLICT_RESPONSES, StrictSerializer, error_responses, validated
+from tenants.api import (
+    CONFLICT_RESPONSES,
+    LimitedJSONParser,
+    StrictSerializer,
+    error_responses,
+    validated,
+)
 from tenants.errors import ApplicationError
 
 
@@ -147,7 +153,7 @@ class MessageInputSerializer(StrictSerializer):
     turn_id = serializers.UUIDField(required=False)
     parent_id = serializers.UUIDField(required=False)
     metadata = MetadataField(required=False, default=dict)
-    usage = serializers.DictField(
+    usage = serializers.JSONField(
         required=False,
         help_text="On an assistant message: the provider's usage object, as returned, for cache accounting.",
     )
@@ -174,7 +180,28 @@ class MessageBatchInputSerializer(StrictSerializer):
     messages = serializers.ListField(child=MessageInputSerializer(), allow_empty=False)
 
 
+def _multipart_message(request: Any) -> tuple[Any, dict[str, Any]]:
+    """A multipart append: the "message" field holds the JSON message (or batch); image parts name the
+    uploaded files with {"type": "image", "upload": "<field>"}."""
+    import json
+
+    unknown = sorted(set(request.data) - {"message"} - set(request.FILES))
+    if unknown:
+        raise ValidationError({key: [ErrorDetail("Unknown field.", code="unknown_field")] for key in unknown})
+    raw = request.data.get("message")
+    if raw is None:
+        raise ValidationError(
+            {"message": [ErrorDetail("A multipart append needs a JSON 'message' field.", code="required")]}
+        )
+    try:
+        return json.loads(raw), dict(request.FILES.items())
+    except ValueError:
+        raise ApplicationError("The 'message' field is not valid JSON.", code="malformed_json") from None
+
+
 class MessageListCreateApi(APIView):
+    parser_classes = [LimitedJSONParser, MultiPartParser]
+
     class FilterSerializer(serializers.Serializer):
         after_seq = serializers.IntegerField(min_value=0, required=False, default=0)
         limit = serializers.IntegerField(min_value=1, max_value=1000, required=False, default=100)
@@ -223,7 +250,11 @@ class MessageListCreateApi(APIView):
                 "For a batch, message i gets the key '<key>:<i>'.",
             )
         ],
-        description='Append one message, or a batch with `{"messages": [...]}` (all or nothing).',
+        description='Append one message, or a batch with `{"messages": [...]}` (all or nothing). Image parts '
+        'carry base64 (`{"type":"image","data":…,"media_type":"image/png"}`) or, in a multipart/form-data '
+        'request whose "message" field holds the JSON, name an uploaded file (`{"type":"image","upload":'
+        '"<field>"}`); they are validated, hashed, deduplicated and stored, and the stored part names the '
+        "image (`image_id`, `duplicate_of` when it repeats the previous screen).",
         responses={
             201: MessageOutputSerializer,
             200: OpenApiResponse(MessageOutputSerializer, description="Replay of an earlier request"),
@@ -237,13 +268,16 @@ class MessageListCreateApi(APIView):
             raise ApplicationError(
                 "Idempotency-Key must be 1 to 200 characters.", code="invalid_idempotency_key"
             )
-        is_batch = isinstance(request.data, dict) and "messages" in request.data
+        data, uploads = request.data, None
+        if (request.content_type or "").startswith("multipart/form-data"):
+            data, uploads = _multipart_message(request)
+        is_batch = isinstance(data, dict) and "messages" in data
         if is_batch:
-            items = validated(MessageBatchInputSerializer, request.data)["messages"]
+            items = validated(MessageBatchInputSerializer, data)["messages"]
         else:
-            items = [validated(MessageInputSerializer, request.data)]
+            items = [validated(MessageInputSerializer, data)]
         results = services.message_append_batch(
-            conversation=conversation, items=items, idempotency_key=header_key
+            conversation=conversation, items=items, idempotency_key=header_key, uploads=uploads
         )
         code = status.HTTP_201_CREATED if any(r.created for r in results) else status.HTTP_200_OK
         if is_batch:

@@ -10,7 +10,19 @@ from django.db import transaction
 
 logger = logging.getLogger(__name__)
 
-EVENT_TYPES = ("message.appended", "message.updated", "turn.started", "turn.ended")
+EVENT_TYPES = (
+    "message.appended",
+    "message.updated",
+    "turn.started",
+    "turn.ended",
+    # visual compaction of an ended turn (conversations/visual.py)
+    "turn.compacted",
+    # compaction and its summary segments (the summaries app publishes these)
+    "compaction.started",
+    "compaction.completed",
+    "compaction.failed",
+    "summary.updated",
+)
 
 
 def conversation_group(*, tenant_id: Any, conversation_id: Any) -> str:

@@ -2,6 +2,7 @@
 the conversation, so concurrent writers (threads, processes, hosts) never gap or collide."""
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,6 +11,8 @@ from django.db import transaction
 from django.utils import timezone
 from rest_framework import status
 
+from cold_storage.services import image_policy, images_delete_for_conversation
+from conversations import visual
 from conversations.events import event_publish
 from conversations.models import Conversation, Message, Turn
 from conversations.parts import parts_text, parts_token_text
@@ -72,6 +75,8 @@ def conversation_delete(*, conversation: Conversation) -> None:
     """Purge the conversation and its whole transcript. This is the explicit delete; compaction never
     removes raw messages."""
     Message.objects.filter(conversation=conversation).delete()
+    # The image rows go now, their bytes when this transaction commits.
+    images_delete_for_conversation(conversation_id=conversation.id)
     conversation.delete()
 
 
@@ -91,17 +96,29 @@ def message_size(content: str, parts: list[dict[str, Any]]) -> int:
     return size
 
 
-def message_token_count(*, role: str, content: str, parts: list[dict[str, Any]], model: str) -> int:
+def _text_token_count(*, role: str, content: str, parts: list[dict[str, Any]], model: str) -> int:
     return count_message(role=role, content=content, model=model, extra_text=parts_token_text(parts))
 
 
-def _prepare(item: dict[str, Any], *, index: int, model: str) -> dict[str, Any]:
-    """Normalise one validated message and count its tokens (outside the lock: tokenising is the
-    slow part)."""
+def message_token_count(*, role: str, content: str, parts: list[dict[str, Any]], model: str) -> int:
+    """Tokens of a message as the model sees it, images included (by the model's provider rule; a
+    duplicate or a compacted image costs its one line of text)."""
+    text = _text_token_count(role=role, content=content, parts=parts, model=model)
+    return text + visual.parts_image_tokens(parts, model=model)
+
+
+def _prepare(
+    item: dict[str, Any], *, index: int, model: str, uploads: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Normalise one validated message, validate and hash its new images, and count its tokens (outside
+    the lock: decoding and tokenising are the slow parts)."""
     parts = item.get("parts") or []
     content = item.get("content")
     if content is None:
         content = parts_text(parts)
+    parts, images = visual.intake_prepare(
+        parts, index=index, is_error=item.get("is_error", False), uploads=uploads
+    )
     completed = item.get("completed", True)
     if not content and not parts and completed:
         raise ApplicationError(
@@ -110,7 +127,8 @@ def _prepare(item: dict[str, Any], *, index: int, model: str) -> dict[str, Any]:
             code="empty_message",
             extra={"index": index},
         )
-    size = message_size(content, parts)
+    # Image bytes are stored apart from the message, so they do not count against its size.
+    size = message_size(content, visual.parts_without_payload(parts) if images.pending else parts)
     if size > settings.MNEMO_MAX_MESSAGE_BYTES:
         raise ApplicationError(
             f"Message {index} is {size} bytes; the limit is {settings.MNEMO_MAX_MESSAGE_BYTES}.",
@@ -137,16 +155,23 @@ def _prepare(item: dict[str, Any], *, index: int, model: str) -> dict[str, Any]:
         "idempotency_key": item.get("idempotency_key"),
         "turn_id": item.get("turn_id"),
         "parent_id": item.get("parent_id"),
-        "token_count": message_token_count(role=role, content=content, parts=parts, model=model),
+        # With new images the text is counted here and the images once they are stored (dedup decides).
+        "token_count": (_text_token_count if images.has_new else message_token_count)(
+            role=role, content=content, parts=parts, model=model
+        ),
+        "images": images,
     }
 
 
 def _same_message(existing: Message, prepared: dict[str, Any]) -> bool:
-    return (
-        existing.role == prepared["role"]
-        and existing.kind == prepared["kind"]
-        and existing.content == prepared["content"]
-        and existing.parts == prepared["parts"]
+    if existing.role != prepared["role"] or existing.kind != prepared["kind"]:
+        return False
+    if existing.content != prepared["content"]:
+        return False
+    if not prepared["images"].pending:
+        return existing.parts == prepared["parts"]
+    return visual.comparable_parts(existing.parts) == visual.comparable_parts(
+        prepared["parts"], prepared["images"]
     )
 
 
@@ -172,11 +197,24 @@ def _idempotency_keys(items: list[dict[str, Any]], header_key: str | None) -> li
     return keys
 
 
+def _lock_for_append(conversation: Conversation) -> Conversation:
+    """The conversation row, locked until the transaction ends: every seq is assigned under this lock."""
+    return (
+        Conversation.objects.select_for_update().only("id", "last_seq", "tenant_id").get(pk=conversation.pk)
+    )
+
+
 def message_append_batch(
-    *, conversation: Conversation, items: list[dict[str, Any]], idempotency_key: str | None = None
+    *,
+    conversation: Conversation,
+    items: list[dict[str, Any]],
+    idempotency_key: str | None = None,
+    uploads: dict[str, Any] | None = None,
 ) -> list[AppendResult]:
     """Append messages in order, all or nothing. A message whose idempotency key was seen before is not
-    written again: its original is returned (created=False); the same key with different content is a 409."""
+    written again: its original is returned (created=False); the same key with different content is a 409.
+    Image parts are validated before anything is written and stored with their message (``uploads`` holds
+    the multipart files that parts name with "upload"); a refused batch leaves no row and no file."""
     if not items:
         raise ApplicationError("No messages given.", code="empty_batch")
     if len(items) > settings.MNEMO_MAX_BATCH_MESSAGES:
@@ -188,16 +226,33 @@ def message_append_batch(
     keys = _idempotency_keys(items, idempotency_key)
     prepared = []
     for index, (item, key) in enumerate(zip(items, keys, strict=True)):
-        row = _prepare(item, index=index, model=conversation.model)
+        row = _prepare(item, index=index, model=conversation.model, uploads=uploads)
         row["idempotency_key"] = key
         prepared.append(row)
-
-    with transaction.atomic():
-        locked = (
-            Conversation.objects.select_for_update()
-            .only("id", "last_seq", "tenant_id")
-            .get(pk=conversation.pk)
+    intake = None
+    if any(row["images"].pending for row in prepared):
+        visual.references_check(tenant_id=conversation.tenant_id, batch=[row["images"] for row in prepared])
+        intake = visual.IntakeState(
+            tenant_id=conversation.tenant_id,
+            conversation_id=conversation.pk,
+            policy=image_policy(conversation.tenant.settings),
         )
+    try:
+        return _append_locked(conversation, prepared, keys, intake)
+    except BaseException:
+        if intake is not None:
+            intake.blobs.discard()  # the rows rolled back; their files must not stay behind
+        raise
+
+
+def _append_locked(
+    conversation: Conversation,
+    prepared: list[dict[str, Any]],
+    keys: list[str | None],
+    intake: visual.IntakeState | None,
+) -> list[AppendResult]:
+    with transaction.atomic():
+        locked = _lock_for_append(conversation)
         present_keys = [k for k in keys if k is not None]
         existing = (
             {
@@ -247,6 +302,7 @@ def message_append_batch(
                 continue
             usage = row.pop("usage")
             turn_id = row.pop("turn_id")
+            images = row.pop("images")
             if turn_id is not None:
                 turn = turns.get(turn_id)
                 if turn is None:
@@ -266,6 +322,10 @@ def message_append_batch(
                 turn_id = active_turn_id
             seq += 1
             message = Message(conversation_id=locked.id, seq=seq, turn_id=turn_id, created_at=now, **row)
+            if intake is not None and images.has_new:
+                message.token_count += visual.intake_store(
+                    state=intake, message=message, message_images=images, model=conversation.model
+                )
             to_create.append(message)
             results.append(AppendResult(message, created=True))
             if usage is not None:
@@ -289,6 +349,56 @@ def message_append_batch(
     return [r for r in results if r is not None]
 
 
+def compaction_records_append(
+    *,
+    conversation: Conversation,
+    records: list[dict[str, Any]],
+    check: Callable[[Conversation], None] | None = None,
+) -> list[Message]:
+    """Append compaction records (a compact_boundary and its compact_summary messages) at the end of the
+    transcript, under the same row lock as message_append_batch. `check` runs with the lock held, before
+    anything is written, and may raise to abort (e.g. when another compaction moved the boundary first).
+    Each record: role, kind, content, metadata, optional idempotency_key; records belong to no turn."""
+    kinds = {Message.Kind.COMPACT_BOUNDARY, Message.Kind.COMPACT_SUMMARY}
+    if not records or any(r["kind"] not in kinds for r in records):
+        raise ValueError("compaction records are compact_boundary / compact_summary messages")
+    with transaction.atomic():
+        locked = _lock_for_append(conversation)
+        if check is not None:
+            check(locked)
+        now = timezone.now()
+        seq = locked.last_seq
+        messages = []
+        for record in records:
+            seq += 1
+            messages.append(
+                Message(
+                    conversation_id=locked.id,
+                    seq=seq,
+                    role=record["role"],
+                    kind=record["kind"],
+                    content=record["content"],
+                    metadata=record.get("metadata") or {},
+                    idempotency_key=record.get("idempotency_key"),
+                    token_count=message_token_count(
+                        role=record["role"], content=record["content"], parts=[], model=conversation.model
+                    ),
+                    created_at=now,
+                )
+            )
+        Message.objects.bulk_create(messages)
+        Conversation.objects.filter(pk=locked.pk).update(last_seq=seq, updated_at=now)
+        for message in messages:
+            event_publish(
+                tenant_id=locked.tenant_id,
+                conversation_id=locked.id,
+                event="message.appended",
+                data=MessageOutputSerializer(message).data,
+            )
+    conversation.last_seq = seq
+    return messages
+
+
 def message_update(
     *,
     message: Message,
@@ -310,6 +420,8 @@ def message_update(
             )
         fields: list[str] = []
         if changes_text:
+            if parts is not None:
+                visual.parts_check_references(parts, tenant_id=locked.conversation.tenant_id)
             new_parts = parts if parts is not None else locked.parts
             new_content = content if content is not None else locked.content
             size = message_size(new_content, new_parts)
@@ -344,7 +456,8 @@ def message_update(
 # --- turns -------------------------------------------------------------------------------------------------
 
 
-def _end_turn(turn: Turn, *, tenant_id: Any, now: Any) -> None:
+def _end_turn(turn: Turn, *, tenant_id: Any, now: Any, model: str) -> None:
+    """End the turn and compact its images (under the conversation's row lock, so once)."""
     turn.status = Turn.Status.ENDED
     turn.ended_at = now
     turn.save(update_fields=["status", "ended_at"])
@@ -354,6 +467,14 @@ def _end_turn(turn: Turn, *, tenant_id: Any, now: Any) -> None:
         event="turn.ended",
         data=TurnOutputSerializer(turn).data,
     )
+    compaction = visual.turn_compact(turn=turn, model=model, now=now)
+    if compaction is not None:
+        event_publish(
+            tenant_id=tenant_id,
+            conversation_id=turn.conversation_id,
+            event="turn.compacted",
+            data={"turn": TurnOutputSerializer(turn).data, **compaction.as_dict()},
+        )
 
 
 def turn_start(*, conversation: Conversation) -> Turn:
@@ -363,7 +484,7 @@ def turn_start(*, conversation: Conversation) -> Turn:
         now = timezone.now()
         previous = Turn.objects.filter(conversation=locked, status=Turn.Status.ACTIVE).first()
         if previous is not None:
-            _end_turn(previous, tenant_id=locked.tenant_id, now=now)
+            _end_turn(previous, tenant_id=locked.tenant_id, now=now, model=locked.model)
         index = locked.last_turn_index + 1
         turn = Turn.objects.create(conversation=locked, index=index, started_at=now)
         Conversation.objects.filter(pk=locked.pk).update(last_turn_index=index, updated_at=now)
@@ -382,5 +503,10 @@ def turn_end(*, turn: Turn) -> Turn:
         locked_conversation = Conversation.objects.select_for_update().get(pk=turn.conversation_id)
         locked = Turn.objects.get(pk=turn.pk)
         if locked.status == Turn.Status.ACTIVE:
-            _end_turn(locked, tenant_id=locked_conversation.tenant_id, now=timezone.now())
+            _end_turn(
+                locked,
+                tenant_id=locked_conversation.tenant_id,
+                now=timezone.now(),
+                model=locked_conversation.model,
+            )
     return locked

@@ -29,7 +29,7 @@ class CacheUsageOutputSerializer(serializers.Serializer):
 
 class UsageApi(APIView):
     class InputSerializer(StrictSerializer):
-        usage = serializers.DictField(
+        usage = serializers.JSONField(
             help_text="The provider's usage object (or whole response), as returned."
         )
         provider = serializers.ChoiceField(choices=PROVIDERS, required=False)

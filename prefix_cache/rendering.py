@@ -8,8 +8,11 @@ updates, attachments) in a fixed order ahead of the user's own words.
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from conversations.parts import UNAVAILABLE, image_line
 
 FORMATS = ("openai", "anthropic", "gemini")
 
@@ -47,6 +50,9 @@ class HistoryMessage:
     token_count: int
     is_error: bool = False
     completed: bool = True
+    # image_id -> (media_type, base64) of the images whose pixels the prompt may carry, handed over by the
+    # context pipeline (context/images.py) so that rendering stays a pure function of what it is given.
+    images: Mapping[str, tuple[str, str]] = field(default_factory=dict, compare=False)
 
 
 @dataclass
@@ -135,25 +141,78 @@ def _result_text(content: Any) -> str:
     return "\n".join(p.get("text", "") for p in content if p.get("type") == "text")
 
 
-def _image_text(part: dict[str, Any]) -> str:
-    # Pixels are attached by the visual-memory stage; until then an image is named, not invented.
-    return f"[Image: {part['image_id']}]"
+# --- images -----------------------------------------------------------------------------------------------
+# An image part renders as real pixels when the pipeline handed its bytes over (message.images) and it is
+# neither a duplicate nor compacted; otherwise as one line of text. Formats differ only in the block shape.
+
+Pixels = tuple[str, str, str]  # (media_type, base64, detail)
+
+
+def _image_view(part: dict[str, Any], images: Mapping[str, tuple[str, str]]) -> str | Pixels:
+    line = image_line(part)
+    if line is not None:
+        return line
+    payload = images.get(part["image_id"])
+    if payload is None:
+        return UNAVAILABLE.format(image_id=part["image_id"])
+    return (payload[0], payload[1], part.get("detail", "auto"))
+
+
+def _views(
+    parts: list[dict[str, Any]], images: Mapping[str, tuple[str, str]]
+) -> tuple[list[str], list[Pixels]]:
+    """(lines, pixel images) of the image parts at this level, in order."""
+    lines: list[str] = []
+    pixels: list[Pixels] = []
+    for part in parts:
+        if part.get("type") == "image":
+            view = _image_view(part, images)
+            (lines if isinstance(view, str) else pixels).append(view)  # type: ignore[arg-type]
+    return lines, pixels
+
+
+def _with_lines(text: str, lines: list[str]) -> str:
+    return "\n".join([text, *lines]) if lines else text
+
+
+def _result_views(result: dict[str, Any], images: Mapping[str, tuple[str, str]]) -> tuple[str, list[Pixels]]:
+    """A tool result's text (with the lines of its images) and the pixels its content carries."""
+    content = result["content"]
+    if isinstance(content, str):
+        return content, []
+    lines, pixels = _views(content, images)
+    return _with_lines(_result_text(content), lines), pixels
+
+
+def _openai_image(pixels: Pixels) -> dict[str, Any]:
+    media_type, data, detail = pixels
+    return {"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{data}", "detail": detail}}
+
+
+def _anthropic_image(pixels: Pixels) -> dict[str, Any]:
+    return {"type": "image", "source": {"type": "base64", "media_type": pixels[0], "data": pixels[1]}}
+
+
+def _gemini_image(pixels: Pixels) -> dict[str, Any]:
+    return {"inlineData": {"mimeType": pixels[0], "data": pixels[1]}}
 
 
 def _text_of(message: HistoryMessage) -> str:
-    """Content plus image references, for roles whose parts cannot carry structure."""
-    images = [_image_text(p) for p in message.parts if p["type"] == "image"]
-    return "\n".join([message.content, *images]) if images else message.content
+    """Content plus the lines of images shown as text, for roles whose parts cannot carry structure."""
+    lines, _ = _views(message.parts, message.images)
+    return _with_lines(message.content, lines)
 
 
 def _openai_history(message: HistoryMessage) -> list[dict[str, Any]]:
     calls = [p for p in message.parts if p["type"] == "tool_call"]
     results = [p for p in message.parts if p["type"] == "tool_result"]
+    lines, pixels = _views(message.parts, message.images)
+    rendered: list[dict[str, Any]]
     if message.role == "assistant" and calls:
-        return [
+        rendered = [
             {
                 "role": "assistant",
-                "content": message.content or None,
+                "content": _with_lines(message.content, lines) or None,
                 "tool_calls": [
                     {
                         "id": c["id"],
@@ -164,31 +223,51 @@ def _openai_history(message: HistoryMessage) -> list[dict[str, Any]]:
                 ],
             }
         ]
-    if message.role == "tool" and results:
-        return [
-            {"role": "tool", "tool_call_id": r["tool_call_id"], "content": _result_text(r["content"])}
-            for r in results
-        ]
-    role = message.role if message.role in ("system", "user", "assistant") else "user"
-    return [{"role": role, "content": _text_of(message)}]
+    elif message.role == "tool" and results:
+        rendered = []
+        carried: list[Pixels] = []
+        for r in results:
+            text, nested = _result_views(r, message.images)
+            rendered.append({"role": "tool", "tool_call_id": r["tool_call_id"], "content": text})
+            carried += nested
+        pixels = carried + pixels
+        if lines:
+            rendered[-1]["content"] = _with_lines(rendered[-1]["content"], lines)
+    else:
+        role = message.role if message.role in ("system", "user", "assistant") else "user"
+        text = _with_lines(message.content, lines)
+        if role == "user" and pixels:
+            blocks = [{"type": "text", "text": text}] if text else []
+            return [{"role": "user", "content": blocks + [_openai_image(p) for p in pixels]}]
+        rendered = [{"role": role, "content": text}]
+    if pixels:
+        # Only user messages carry images in Chat Completions: the pixels follow in one.
+        rendered.append({"role": "user", "content": [_openai_image(p) for p in pixels]})
+    return rendered
 
 
 def _anthropic_history(message: HistoryMessage) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
+    lines, pixels = _views(message.parts, message.images)
     if message.role == "tool":
         for r in (p for p in message.parts if p["type"] == "tool_result"):
-            block = {
-                "type": "tool_result",
-                "tool_use_id": r["tool_call_id"],
-                "content": _result_text(r["content"]),
-            }
+            text, nested = _result_views(r, message.images)
+            content: Any = text
+            if nested:
+                content = ([{"type": "text", "text": text}] if text else []) + [
+                    _anthropic_image(p) for p in nested
+                ]
+            block = {"type": "tool_result", "tool_use_id": r["tool_call_id"], "content": content}
             if r.get("is_error") or message.is_error:
                 block["is_error"] = True
             blocks.append(block)
         if not blocks:
             blocks.append({"type": "text", "text": message.content})
+        if lines:
+            blocks.append({"type": "text", "text": "\n".join(lines)})
+        blocks += [_anthropic_image(p) for p in pixels]
         return [{"role": "user", "content": blocks}]
-    text = _text_of(message)
+    text = _with_lines(message.content, lines)
     if message.role == "system":
         # Anthropic has no system turns inside the conversation.
         text = f"[system] {text}"
@@ -198,29 +277,40 @@ def _anthropic_history(message: HistoryMessage) -> list[dict[str, Any]]:
         blocks.append(
             {"type": "tool_use", "id": c["id"], "name": c["name"], "input": _arguments_object(c["arguments"])}
         )
+    if message.role != "assistant":
+        blocks += [_anthropic_image(p) for p in pixels]
     if not blocks:
         blocks.append({"type": "text", "text": ""})
-    return [{"role": "assistant" if message.role == "assistant" else "user", "content": blocks}]
+    rendered = [{"role": "assistant" if message.role == "assistant" else "user", "content": blocks}]
+    if message.role == "assistant" and pixels:
+        # An assistant turn cannot hold images: they follow in a user turn.
+        rendered.append({"role": "user", "content": [_anthropic_image(p) for p in pixels]})
+    return rendered
 
 
 def _gemini_history(message: HistoryMessage, tool_names: dict[str, str]) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
+    lines, pixels = _views(message.parts, message.images)
     if message.role == "tool":
         for r in (p for p in message.parts if p["type"] == "tool_result"):
             name = r.get("name") or tool_names.get(r["tool_call_id"], "tool")
-            parts.append(
-                {"functionResponse": {"name": name, "response": {"content": _result_text(r["content"])}}}
-            )
+            text, nested = _result_views(r, message.images)
+            parts.append({"functionResponse": {"name": name, "response": {"content": text}}})
+            pixels = pixels + nested
         if not parts:
             parts.append({"text": message.content})
+        if lines:
+            parts.append({"text": "\n".join(lines)})
+        parts += [_gemini_image(p) for p in pixels]
         return [{"role": "user", "parts": parts}]
-    text = _text_of(message)
+    text = _with_lines(message.content, lines)
     if message.role == "system":
         text = f"[system] {text}"
     if text:
         parts.append({"text": text})
     for c in (p for p in message.parts if p["type"] == "tool_call"):
         parts.append({"functionCall": {"name": c["name"], "args": _arguments_object(c["arguments"])}})
+    parts += [_gemini_image(p) for p in pixels]
     if not parts:
         parts.append({"text": ""})
     return [{"role": "model" if message.role == "assistant" else "user", "parts": parts}]

@@ -3,6 +3,7 @@
 import factory
 from django.contrib.auth import get_user_model
 
+from cold_storage.models import ArchivedImage
 from conversations.models import Conversation, Message, Turn
 from tenants.models import EndUser, Membership, Tenant
 
@@ -66,3 +67,19 @@ class MessageFactory(factory.django.DjangoModelFactory):
     seq = factory.Sequence(lambda n: n + 1)
     role = Message.Role.USER
     content = factory.Faker("sentence")
+
+
+class ArchivedImageFactory(factory.django.DjangoModelFactory):
+    """An image row without bytes: enough for a part that names it (tests/cold_storage stores real ones)."""
+
+    class Meta:
+        model = ArchivedImage
+
+    tenant = factory.SubFactory(TenantFactory)
+    conversation_id = factory.Faker("uuid4", cast_to=None)
+    sha256 = factory.Sequence(lambda n: f"{n:064x}")
+    phash = dhash = ahash = "0" * 16
+    width, height = 1920, 1080
+    format = "PNG"
+    media_type = "image/png"
+    size = 1

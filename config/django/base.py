@@ -52,7 +52,9 @@ INSTALLED_APPS = [
     "channels",
     "django_celery_beat",
     "tenants",
+    "cold_storage",
     "conversations",
+    "summaries",
     "prefix_cache",
     "context",
 ]
@@ -151,6 +153,17 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Periodic work; the database scheduler copies these entries into its tables when beat starts.
+CELERY_BEAT_SCHEDULE = {
+    "images-purge-expired": {
+        "task": "cold_storage.tasks.images_purge_expired",
+        "schedule": 24 * 60 * 60,
+    },
+    "summaries-compaction-catch-up": {
+        "task": "summaries.tasks.compaction_catch_up",
+        "schedule": env_int("MNEMO_COMPACTION_CATCHUP_SECONDS", 600, minimum=10),
+    },
+}
 CELERY_TIMEZONE = "UTC"
 
 # --- Auth, i18n, static ----------------------------------------------------------------------------------
@@ -171,6 +184,23 @@ STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 WHITENOISE_USE_FINDERS = DEBUG
 MEDIA_ROOT = VAR_DIR / "blobs"
+
+
+def _image_storage(variable: str, subdirectory: str) -> dict:
+    # Any Django storage backend, as a JSON object {"BACKEND": ..., "OPTIONS": {...}}; by default files under
+    # MEDIA_ROOT/<subdirectory>, written to a temporary file and linked into place.
+    return env_json_object(variable) or {
+        "BACKEND": "cold_storage.storage.AtomicFileSystemStorage",
+        "OPTIONS": {"subdirectory": subdirectory},
+    }
+
+
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "images_hot": _image_storage("MNEMO_IMAGE_HOT_STORAGE", "images/hot"),
+    "images_cold": _image_storage("MNEMO_IMAGE_COLD_STORAGE", "images/cold"),
+}
 TIKTOKEN_CACHE_DIR = VAR_DIR / "tiktoken"
 
 # --- API -------------------------------------------------------------------------------------------------
@@ -208,6 +238,11 @@ MNEMO_MAX_MESSAGE_BYTES = env_int("MNEMO_MAX_MESSAGE_BYTES", 256 * 1024, minimum
 MNEMO_MAX_BATCH_MESSAGES = env_int("MNEMO_MAX_BATCH_MESSAGES", 100, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MNEMO_MAX_REQUEST_BYTES", 16 * 1024 * 1024, minimum=1024)
 MNEMO_DEFAULT_MODEL = env_str("MNEMO_DEFAULT_MODEL", "gpt-4o")
+# Kept frames of ended turns (anchor, result, errors) render at OpenAI's low detail ("low") or as sent
+# ("keep"); a tenant's settings.history_image_detail wins.
+MNEMO_HISTORY_IMAGE_DETAIL = env_str("MNEMO_HISTORY_IMAGE_DETAIL", "low")
+if MNEMO_HISTORY_IMAGE_DETAIL not in ("low", "keep"):
+    raise ImproperlyConfigured("MNEMO_HISTORY_IMAGE_DETAIL must be low or keep.")
 # Token budget of a context call that names none (a tenant's settings.token_budget wins; both are capped by
 # the model's window less its maximum output).
 MNEMO_DEFAULT_TOKEN_BUDGET = env_int("MNEMO_DEFAULT_TOKEN_BUDGET", 32000, minimum=256)
@@ -216,6 +251,86 @@ MNEMO_DEFAULT_TOKEN_BUDGET = env_int("MNEMO_DEFAULT_TOKEN_BUDGET", 32000, minimu
 MNEMO_PRICE_TABLE = env_json_object("MNEMO_PRICE_TABLE")
 # A key's last_used_at is written at most this often, so authentication stays a read on the hot path.
 MNEMO_API_KEY_TOUCH_SECONDS = env_int("MNEMO_API_KEY_TOUCH_SECONDS", 60, minimum=0)
+
+# Visual memory (cold_storage): image formats accepted (Pillow names); the pixel limit, checked from the
+# header before decoding (decompression bombs); bytes per image; the perceptual hash and the Hamming
+# threshold under which an image duplicates the conversation's previous one; days a compacted (cold) image
+# is kept unless pinned. A tenant's settings (image_hash_algorithm, image_dedup_threshold, image_dedup,
+# image_dedup_grid_threshold, image_retention_days) win.
+MNEMO_IMAGE_FORMATS = [
+    f.strip().upper() for f in env.list("MNEMO_IMAGE_FORMATS", default=["png", "jpeg", "webp"])
+]
+if not set(MNEMO_IMAGE_FORMATS) <= {"PNG", "JPEG", "WEBP", "GIF", "BMP"}:
+    raise ImproperlyConfigured(f"MNEMO_IMAGE_FORMATS={MNEMO_IMAGE_FORMATS}: use png, jpeg, webp, gif, bmp.")
+MNEMO_IMAGE_MAX_PIXELS = env_int("MNEMO_IMAGE_MAX_PIXELS", 4096 * 4096, minimum=1)
+MNEMO_IMAGE_MAX_BYTES = env_int("MNEMO_IMAGE_MAX_BYTES", 10 * 1024 * 1024, minimum=1)
+MNEMO_IMAGE_HASH_ALGORITHM = env_str("MNEMO_IMAGE_HASH_ALGORITHM", "phash")
+if MNEMO_IMAGE_HASH_ALGORITHM not in ("phash", "dhash", "ahash"):
+    raise ImproperlyConfigured(
+        f"MNEMO_IMAGE_HASH_ALGORITHM={MNEMO_IMAGE_HASH_ALGORITHM!r}: use phash, dhash or ahash."
+    )
+MNEMO_IMAGE_DEDUP_THRESHOLD = env_int("MNEMO_IMAGE_DEDUP_THRESHOLD", 10, minimum=0)
+# The brightness-grid guard of a duplicate (cold_storage/imaging.py): the largest per-cell difference, 0-255,
+# still taken as "unchanged"; -1 turns the guard off (the hash alone decides).
+MNEMO_IMAGE_DEDUP_GRID_THRESHOLD = (
+    None
+    if env_int("MNEMO_IMAGE_DEDUP_GRID_THRESHOLD", 2, minimum=-1) < 0
+    else env_int("MNEMO_IMAGE_DEDUP_GRID_THRESHOLD", 2, minimum=-1)
+)
+MNEMO_IMAGE_RETENTION_DAYS = env_int("MNEMO_IMAGE_RETENTION_DAYS", 30, minimum=1)
+
+# --- LLM, summaries and compaction --------------------------------------------------------------------------
+# Any OpenAI-compatible endpoint: OpenAI (LLM_API_KEY), vLLM or Ollama (LLM_BASE_URL), a gateway. With neither
+# set, summaries come from the offline extractive summariser and responses say so. A tenant's settings
+# llm_base_url / llm_api_key / llm_model (and llm_enabled=false) win over these.
+LLM_BASE_URL = env_str("LLM_BASE_URL")
+LLM_API_KEY = env_str("LLM_API_KEY")
+LLM_MODEL = env_str("LLM_MODEL")
+LLM_TIMEOUT_SECONDS = env_int("LLM_TIMEOUT_SECONDS", 30, minimum=1)
+LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 2, minimum=0)
+LLM_RETRY_BACKOFF_SECONDS = env_int("LLM_RETRY_BACKOFF_MS", 1000, minimum=0) / 1000
+# Tokens of background LLM work per tenant and calendar month (tenant setting llm_monthly_token_budget wins);
+# once spent, summaries are made offline until the month ends. 0 = no background LLM use.
+MNEMO_LLM_MONTHLY_TOKENS = env_int("MNEMO_LLM_MONTHLY_TOKENS", 2_000_000, minimum=0)
+# B6 (history since the last boundary) may grow to MNEMO_HISTORY_TOKEN_BUDGET (tenant: history_token_budget,
+# capped at 80 % of the model's window). A background compaction is queued at the BACKGROUND share, the
+# request path compacts synchronously at the TRIGGER share (or when the prompt would not fit); a compaction
+# keeps the newest KEEP share verbatim, FALLBACK_KEEP when no summary could be made.
+MNEMO_HISTORY_TOKEN_BUDGET = env_int("MNEMO_HISTORY_TOKEN_BUDGET", 24000, minimum=256)
+MNEMO_COMPACTION_TRIGGER_PERCENT = env_int("MNEMO_COMPACTION_TRIGGER_PERCENT", 80, minimum=1)
+MNEMO_COMPACTION_BACKGROUND_PERCENT = env_int("MNEMO_COMPACTION_BACKGROUND_PERCENT", 60, minimum=1)
+MNEMO_COMPACTION_KEEP_PERCENT = env_int("MNEMO_COMPACTION_KEEP_PERCENT", 20, minimum=1)
+MNEMO_COMPACTION_FALLBACK_KEEP_PERCENT = env_int("MNEMO_COMPACTION_FALLBACK_KEEP_PERCENT", 30, minimum=1)
+if not (
+    MNEMO_COMPACTION_BACKGROUND_PERCENT <= MNEMO_COMPACTION_TRIGGER_PERCENT <= 100
+    and MNEMO_COMPACTION_KEEP_PERCENT < 100
+    and MNEMO_COMPACTION_FALLBACK_KEEP_PERCENT < 100
+):
+    raise ImproperlyConfigured(
+        "Compaction shares: BACKGROUND ≤ TRIGGER ≤ 100, and KEEP and FALLBACK_KEEP below 100 (percent)."
+    )
+# Live B4 segments may use this many tokens before the oldest are rolled up (tenant: summary_token_budget).
+MNEMO_SUMMARY_TOKEN_BUDGET = env_int("MNEMO_SUMMARY_TOKEN_BUDGET", 6000, minimum=128)
+# A segment aims at RATIO percent of its input, at most SEGMENT_MAX tokens; the summariser reads at most
+# MAX_INPUT tokens at once (longer ranges are split into several segments).
+MNEMO_SUMMARY_RATIO_PERCENT = env_int("MNEMO_SUMMARY_RATIO_PERCENT", 12, minimum=1)
+MNEMO_SEGMENT_MAX_TOKENS = env_int("MNEMO_SEGMENT_MAX_TOKENS", 1500, minimum=64)
+MNEMO_SUMMARISER_MAX_INPUT_TOKENS = env_int("MNEMO_SUMMARISER_MAX_INPUT_TOKENS", 24000, minimum=512)
+# Seconds an LLM call may take on the request path (no retries there; the offline summariser takes over).
+MNEMO_COMPACTION_SYNC_TIMEOUT_SECONDS = env_int("MNEMO_COMPACTION_SYNC_TIMEOUT_SECONDS", 10, minimum=1)
+# An incomplete (still streaming) message younger than this stops a compaction's range.
+MNEMO_COMPACTION_INCOMPLETE_GRACE_SECONDS = env_int(
+    "MNEMO_COMPACTION_INCOMPLETE_GRACE_SECONDS", 600, minimum=0
+)
+# The background task: Celery soft/hard time limits (seconds) and retries (exponential backoff from 5 s).
+MNEMO_COMPACTION_SOFT_TIME_LIMIT = env_int("MNEMO_COMPACTION_SOFT_TIME_LIMIT", 180, minimum=10)
+MNEMO_COMPACTION_HARD_TIME_LIMIT = env_int("MNEMO_COMPACTION_HARD_TIME_LIMIT", 240, minimum=20)
+MNEMO_COMPACTION_MAX_RETRIES = env_int("MNEMO_COMPACTION_MAX_RETRIES", 5, minimum=0)
+# The periodic catch-up looks at conversations active within LOOKBACK seconds, at most LIMIT per run.
+MNEMO_COMPACTION_CATCHUP_LOOKBACK_SECONDS = env_int(
+    "MNEMO_COMPACTION_CATCHUP_LOOKBACK_SECONDS", 86400, minimum=60
+)
+MNEMO_COMPACTION_CATCHUP_LIMIT = env_int("MNEMO_COMPACTION_CATCHUP_LIMIT", 500, minimum=1)
 
 LOGGING = {
     "version": 1,

@@ -2,6 +2,7 @@ import pytest
 
 from conversations.models import Message, Turn
 from providers.tokens import count_message
+from tests.factories import ArchivedImageFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -27,6 +28,7 @@ def test_append_assigns_seq_and_counts_tokens_once(owner, conversation):
 
 
 def test_parts_only_message_takes_its_text_from_the_parts(owner, conversation):
+    ArchivedImageFactory(tenant=owner.tenant, id="img_abc123")
     parts = [
         {"type": "text", "text": "Look at this"},
         {"type": "image", "image_id": "img_abc123", "detail": "low"},

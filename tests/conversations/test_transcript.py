@@ -13,6 +13,7 @@ from conversations.models import Conversation, Message, Turn
 from conversations.services import message_token_count
 from conversations.transcript import EXPORT_PAGE
 from tenants.models import EndUser
+from tests.factories import ArchivedImageFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -77,6 +78,7 @@ def rich(owner) -> Conversation:
     turn, turns ended, compacted and active, every part type, an error, an incomplete reply, idempotency
     keys (body and header), metadata, an explicit parent, a compaction boundary and summary, archived."""
     client = owner.client
+    ArchivedImageFactory(tenant=owner.tenant, id="img_abc123")
     created = client.post(
         "/api/v1/conversations",
         {
@@ -266,7 +268,8 @@ def test_export_has_a_header_then_one_line_per_message_in_seq_order(owner, rich)
     assert sum(b'"isCompactSummary"' in line for line in body.splitlines()) == 1
 
     image_message = entries[1]
-    assert image_message["parts"][1] == {"type": "image", "image_id": "img_abc123", "detail": "high"}
+    # Turn 1 has ended: its only frame (anchor and result) was kept, at low detail.
+    assert image_message["parts"][1] == {"type": "image", "image_id": "img_abc123", "detail": "low"}
     assert (image_message["turnIndex"], image_message["idempotencyKey"]) == (1, "u-1")
     assert entries[2]["idempotencyKey"] == "a-1"
     assert "turnIndex" not in entries[0] and "idempotencyKey" not in entries[0]

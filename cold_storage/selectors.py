@@ -1,0 +1,78 @@
+"""Reads of images, always inside one tenant, and of their bytes from whichever tier holds them."""
+
+import hashlib
+
+from django.http import Http404
+from rest_framework import status
+
+from cold_storage.models import ArchivedImage
+from cold_storage.storage import tier_storage
+from tenants.errors import ApplicationError
+from tenants.models import Tenant
+
+
+def access_image(*, tenant: Tenant | object, image_id: str) -> ArchivedImage:
+    """The image with this id in the tenant (``tenant`` may be a Tenant or its id), else 404."""
+    tenant_id = getattr(tenant, "pk", tenant)
+    image = (
+        ArchivedImage.objects.select_related("duplicate_of").filter(pk=image_id, tenant_id=tenant_id).first()
+    )
+    if image is None:
+        raise Http404
+    return image
+
+
+class ImageBytesUnavailable(ApplicationError):
+    pass
+
+
+def image_bytes(image: ArchivedImage) -> bytes:
+    """The bytes this image shows (a duplicate shows its original's), from the tier that holds them, checked
+    against their sha256. ImageBytesUnavailable (410 image_purged, 500 image_corrupt / image_missing) when
+    they cannot be served."""
+    source = image.duplicate_of if image.duplicate_of_id else image
+    if source.purged_at is not None or not source.storage_key:
+        raise ImageBytesUnavailable(
+            "The bytes of this image were deleted by retention.",
+            code="image_purged",
+            status_code=status.HTTP_410_GONE,
+            extra={
+                "image_id": image.id,
+                "purged_at": source.purged_at.isoformat() if source.purged_at else None,
+            },
+        )
+    try:
+        with tier_storage(source.tier).open(source.storage_key, "rb") as handle:
+            data = handle.read()
+    except (FileNotFoundError, OSError):
+        raise ImageBytesUnavailable(
+            "The bytes of this image are missing from storage.",
+            code="image_missing",
+            status_code=status.HTTP_500_INTERNAL_SERVER_ERROR,
+            extra={"image_id": image.id, "tier": source.tier},
+        ) from None
+    if hashlib.sha256(data).hexdigest() != source.sha256:
+        raise ImageBytesUnavailable(
+            "The stored bytes of this image do not match its sha256.",
+            code="image_corrupt",
+            status_code=status.HTTP_500_INTERNAL_SERVER_ERROR,
+            extra={"image_id": image.id, "tier": source.tier},
+        )
+    return data
+
+
+def images_by_id(*, tenant_id: object, image_ids: set[str]) -> dict[str, ArchivedImage]:
+    if not image_ids:
+        return {}
+    rows = ArchivedImage.objects.select_related("duplicate_of").filter(tenant_id=tenant_id, pk__in=image_ids)
+    return {row.id: row for row in rows}
+
+
+def image_previous(*, conversation_id: object) -> ArchivedImage | None:
+    """The newest image of the conversation (by message seq, then place in the message)."""
+    return (
+        ArchivedImage.objects.select_related("duplicate_of")
+        .filter(conversation_id=conversation_id)
+        .order_by("-message_seq", "-part_index")
+        .first()
+    )

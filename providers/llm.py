@@ -1,0 +1,227 @@
+"""The LLM client: any OpenAI-compatible chat endpoint (OpenAI, vLLM, Ollama, a gateway) through the `openai`
+package. Timeouts and retries with backoff are ours, and every failure comes back as one of our LLMError
+types, so callers fall back on a code, never on a third-party exception class."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# The model used when an endpoint is configured but no model is named (OpenAI's small chat model).
+FALLBACK_MODEL = "gpt-4o-mini"
+# Ollama and vLLM accept any key; the openai package refuses to start without one.
+_PLACEHOLDER_KEY = "not-needed"
+
+
+class LLMError(Exception):
+    """A model call that did not produce a usable reply. `code` is stable and safe to show a client."""
+
+    code = "llm_error"
+    retryable = False
+
+    def __init__(self, message: str, *, attempts: int = 1, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.attempts = attempts
+        self.status = status
+
+
+class LLMNotConfigured(LLMError):
+    code = "llm_not_configured"
+
+
+class LLMTimeout(LLMError):
+    code = "llm_timeout"
+    retryable = True
+
+
+class LLMUnavailable(LLMError):
+    """Connection refused, 429 or 5xx: worth trying again later."""
+
+    code = "llm_unavailable"
+    retryable = True
+
+
+class LLMRejected(LLMError):
+    """4xx other than 429: bad key, unknown model, request too large. Retrying will not help."""
+
+    code = "llm_rejected"
+
+
+class LLMBadResponse(LLMError):
+    """The endpoint answered 200 with something that is not a chat completion."""
+
+    code = "llm_bad_response"
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    base_url: str | None
+    api_key: str
+    model: str
+    timeout: float
+    max_retries: int
+    backoff: float
+
+    def with_limits(self, *, timeout: float | None = None, max_retries: int | None = None) -> LLMConfig:
+        """The same endpoint with tighter limits (the request path cannot wait as long as a worker)."""
+        return replace(
+            self,
+            timeout=self.timeout if timeout is None else min(self.timeout, timeout),
+            max_retries=self.max_retries if max_retries is None else min(self.max_retries, max_retries),
+        )
+
+    def describe(self) -> str:
+        """Endpoint and model without the key, for logs and responses."""
+        return f"{self.model} at {self.base_url or 'api.openai.com'}"
+
+
+def llm_config(overrides: Mapping[str, Any] | None = None) -> LLMConfig | None:
+    """The endpoint from settings (LLM_BASE_URL, LLM_API_KEY, LLM_MODEL), with a tenant's own
+    `llm_base_url`, `llm_api_key` and `llm_model` settings taking precedence. None when neither names an
+    endpoint: the caller then uses the offline path."""
+    from django.conf import settings
+
+    overrides = overrides or {}
+    base_url = str(overrides.get("llm_base_url") or settings.LLM_BASE_URL or "").strip() or None
+    api_key = str(overrides.get("llm_api_key") or settings.LLM_API_KEY or "").strip()
+    model = str(overrides.get("llm_model") or settings.LLM_MODEL or "").strip()
+    if overrides.get("llm_enabled") is False or (not base_url and not api_key):
+        return None
+    return LLMConfig(
+        base_url=base_url,
+        api_key=api_key or _PLACEHOLDER_KEY,
+        model=model or FALLBACK_MODEL,
+        timeout=float(settings.LLM_TIMEOUT_SECONDS),
+        max_retries=int(settings.LLM_MAX_RETRIES),
+        backoff=float(settings.LLM_RETRY_BACKOFF_SECONDS),
+    )
+
+
+@dataclass(frozen=True)
+class LLMReply:
+    text: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    # False when the endpoint sent no usage and the counts are our own tiktoken estimate.
+    usage_reported: bool
+    attempts: int
+    elapsed_ms: float
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@functools.lru_cache(maxsize=32)
+def _client(base_url: str | None, api_key: str, timeout: float) -> Any:
+    import openai
+
+    # Retries are ours (counted, logged, with our backoff), so the package's own are off.
+    return openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
+
+
+def _classify(exc: Exception, attempt: int) -> LLMError:
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):
+        return LLMTimeout(f"no reply within the timeout: {exc}", attempts=attempt)
+    if isinstance(exc, openai.APIConnectionError):
+        return LLMUnavailable(f"cannot reach the endpoint: {exc}", attempts=attempt)
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        if status == 429 or status >= 500:
+            return LLMUnavailable(f"the endpoint answered {status}", attempts=attempt, status=status)
+        return LLMRejected(
+            f"the endpoint refused the request ({status}): {exc.message}", attempts=attempt, status=status
+        )
+    if isinstance(exc, openai.APIResponseValidationError | ValueError | json.JSONDecodeError):
+        return LLMBadResponse(f"the reply is not a chat completion: {exc}", attempts=attempt)
+    return LLMError(f"{type(exc).__name__}: {exc}", attempts=attempt)
+
+
+def _reply_text(completion: Any, attempt: int) -> str:
+    choices = getattr(completion, "choices", None)
+    if not choices:
+        raise LLMBadResponse("the reply has no choices", attempts=attempt)
+    message = getattr(choices[0], "message", None)
+    text = getattr(message, "content", None)
+    if not isinstance(text, str) or not text.strip():
+        raise LLMBadResponse("the reply has no text content", attempts=attempt)
+    return text.strip()
+
+
+def _usage(
+    completion: Any, messages: Sequence[Mapping[str, str]], text: str, model: str
+) -> tuple[int, int, bool]:
+    usage = getattr(completion, "usage", None)
+    prompt = getattr(usage, "prompt_tokens", None)
+    completion_tokens = getattr(usage, "completion_tokens", None)
+    if isinstance(prompt, int) and isinstance(completion_tokens, int):
+        return prompt, completion_tokens, True
+    # No usage in the reply (some gateways omit it): count it ourselves so the budget still moves.
+    from providers.tokens import count_chat, count_text
+
+    return count_chat(list(messages), model=model), count_text(text, model=model), False
+
+
+def chat(
+    config: LLMConfig | None,
+    messages: Sequence[Mapping[str, str]],
+    *,
+    max_tokens: int,
+    temperature: float = 0.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> LLMReply:
+    """One chat completion, retried with exponential backoff (with jitter) on timeouts, connection errors,
+    429 and 5xx; a 4xx or a malformed reply fails at once. Raises an LLMError subclass."""
+    if config is None:
+        raise LLMNotConfigured("no LLM endpoint is configured")
+    client = _client(config.base_url, config.api_key, config.timeout)
+    started = time.perf_counter()
+    attempts = 1 + max(0, config.max_retries)
+    for attempt in range(1, attempts + 1):
+        try:
+            completion = client.chat.completions.create(
+                model=config.model,
+                messages=list(messages),
+                max_tokens=max_tokens,
+                temperature=temperature,
+            )
+            if isinstance(completion, str):  # a non-JSON content type comes back as the raw text
+                raise LLMBadResponse("the reply is not JSON", attempts=attempt)
+            text = _reply_text(completion, attempt)
+            prompt_tokens, completion_tokens, reported = _usage(completion, messages, text, config.model)
+            return LLMReply(
+                text=text,
+                model=str(getattr(completion, "model", None) or config.model),
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                usage_reported=reported,
+                attempts=attempt,
+                elapsed_ms=round((time.perf_counter() - started) * 1000, 1),
+            )
+        except LLMError:
+            raise
+        except Exception as exc:
+            error = _classify(exc, attempt)
+            if not error.retryable or attempt == attempts:
+                logger.warning(
+                    "LLM call to %s failed after %d attempt(s): %s", config.describe(), attempt, error
+                )
+                raise error from exc
+            delay = config.backoff * (2 ** (attempt - 1)) * random.uniform(0.8, 1.2)  # noqa: S311
+            logger.info(
+                "LLM call to %s failed (%s); retry %d in %.2fs", config.describe(), error.code, attempt, delay
+            )
+            sleep(delay)
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,135 @@
+"""Admin: segments on the conversation page (with their fact-check counts), the actions "compact now" and
+"rebuild summaries", and read-only lists of segments and monthly LLM usage, all tenant-scoped."""
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.text import Truncator
+
+from conversations.admin import ConversationAdmin
+from conversations.models import Conversation
+from summaries.models import LlmUsage, SummarySegment
+from summaries.services import compaction_request
+from tenants.admin_scoping import TenantScopedAdmin
+
+_SEGMENT_COLUMNS = (
+    "Messages",
+    "Level",
+    "Source",
+    "Built from",
+    "Tokens",
+    "Facts checked",
+    "Facts missing",
+    "Template",
+    "Live",
+    "Text",
+)
+
+
+@admin.display(description="Summary segments (B4)")
+def summary_segments(obj: Conversation) -> str:
+    """The conversation's segments, oldest first, superseded ones too (greyed): a read-only table rather
+    than an inline, so saving the conversation form needs no formset for them."""
+    if obj is None or obj.pk is None:
+        return "—"
+    segments = SummarySegment.objects.filter(conversation=obj).order_by("start_seq", "level", "created_at")
+    if not segments:
+        return "No summary segments yet."
+    rows = format_html_join(
+        "\n",
+        '<tr style="{}"><td><a href="{}">{}–{}</a></td>' + "<td>{}</td>" * 9 + "</tr>",
+        (
+            (
+                "" if s.superseded_by_id is None else "opacity:0.5",
+                reverse("admin:summaries_summarysegment_change", args=[s.pk]),
+                s.start_seq,
+                s.end_seq,
+                s.level,
+                s.get_source_display(),
+                s.get_built_from_display(),
+                s.token_count,
+                s.facts_checked,
+                s.facts_missing,
+                s.template_version,
+                "yes" if s.superseded_by_id is None else "superseded",
+                Truncator(s.text).chars(200),
+            )
+            for s in segments
+        ),
+    )
+    head = format_html_join("", "<th>{}</th>", ((c,) for c in _SEGMENT_COLUMNS))
+    return format_html("<table><thead><tr>{}</tr></thead><tbody>{}</tbody></table>", head, rows)
+
+
+@admin.action(description="Compact now", permissions=["change"])
+def compact_now(modeladmin: Any, request: HttpRequest, queryset: QuerySet) -> None:
+    queued = 0
+    with transaction.atomic():
+        for conversation in queryset.select_related("tenant"):
+            queued += compaction_request(conversation=conversation, trigger="manual")
+    modeladmin.message_user(
+        request,
+        f"Compaction queued for {queued} conversation(s); already queued ones were left as they were.",
+        messages.SUCCESS,
+    )
+
+
+@admin.action(description="Rebuild summaries", permissions=["change"])
+def rebuild_summaries(modeladmin: Any, request: HttpRequest, queryset: QuerySet) -> None:
+    from summaries.tasks import segments_rebuild
+
+    ids = [str(pk) for pk in queryset.values_list("pk", flat=True)]
+    for conversation_id in ids:
+        transaction.on_commit(lambda cid=conversation_id: segments_rebuild.delay(cid), robust=True)
+    modeladmin.message_user(
+        request, f"Summary rebuild queued for {len(ids)} conversation(s).", messages.SUCCESS
+    )
+
+
+# conversations cannot import summaries (it is the lower app), so the summaries app adds its segment table
+# and actions to the conversation admin from here.
+ConversationAdmin.readonly_fields = [*ConversationAdmin.readonly_fields, summary_segments]
+if ConversationAdmin.fields is not None:
+    ConversationAdmin.fields = [*ConversationAdmin.fields, summary_segments]
+ConversationAdmin.actions = [*(ConversationAdmin.actions or ()), compact_now, rebuild_summaries]
+
+
+@admin.register(SummarySegment)
+class SummarySegmentAdmin(TenantScopedAdmin):
+    tenant_lookup = "conversation__tenant"
+    change_roles = ()  # rebuilt from the transcript, never edited by hand
+    list_display = [
+        "__str__",
+        "conversation",
+        "token_count",
+        "facts_checked",
+        "facts_missing",
+        "template_version",
+        "superseded_by",
+        "created_at",
+    ]
+    list_filter = ["source", "built_from", "level", "template_version"]
+    list_select_related = ["conversation"]
+    search_fields = ["=conversation__id", "text"]
+    readonly_fields = [f.name for f in SummarySegment._meta.fields]
+
+
+@admin.register(LlmUsage)
+class LlmUsageAdmin(TenantScopedAdmin):
+    change_roles = ()
+    list_display = [
+        "tenant",
+        "month",
+        "purpose",
+        "calls",
+        "prompt_tokens",
+        "completion_tokens",
+        "budget_fallbacks",
+    ]
+    list_filter = ["month", "purpose"]
+    readonly_fields = [f.name for f in LlmUsage._meta.fields]

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class SummariesConfig(AppConfig):
+    name = "summaries"
+    verbose_name = "Summaries and compaction"
+    default_auto_field = "django.db.models.BigAutoField"

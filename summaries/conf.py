@@ -1,0 +1,68 @@
+"""Compaction knobs for one conversation: the settings (config/django/base.py), with the tenant's own
+`history_token_budget`, `summary_token_budget` and `llm_*` settings taking precedence."""
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from conversations.models import Conversation
+from providers.llm import LLMConfig, llm_config
+from providers.model_table import model_info
+
+
+@dataclass(frozen=True)
+class CompactionConfig:
+    history_budget: int  # tokens B6 may grow to; compaction keys off shares of it
+    summary_budget: int  # tokens of live B4 segments before the oldest are rolled up
+    trigger: float  # share of the history budget at which the request path must compact
+    background: float  # share at which a background compaction is queued
+    keep: float  # share of B6 (by tokens) a compaction keeps verbatim
+    fallback_keep: float  # share kept when no summary could be made (prompt-only truncation)
+    segment_max_tokens: int
+    summary_ratio: float  # target summary size as a share of its input
+    max_input_tokens: int  # the summariser's input limit; larger ranges are split / rolled up from segments
+    sync_timeout: int  # seconds the request path gives an LLM call
+    incomplete_grace_seconds: int
+    lock_ttl: int
+    llm: LLMConfig | None
+    monthly_llm_tokens: int
+
+
+def _int_setting(tenant_settings: dict[str, Any], key: str, default: int, minimum: int) -> int:
+    value = tenant_settings.get(key)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
+        return value
+    return default
+
+
+def compaction_config(conversation: Conversation) -> CompactionConfig:
+    tenant_settings = conversation.tenant.settings or {}
+    info = model_info(conversation.model)
+    window_room = max(256, info.context_window - info.max_output_tokens)
+    # Without its own history budget a tenant gets the default, but never more than three quarters of the
+    # token budget its context calls default to: B6 must leave room for the rest of the prompt.
+    token_budget = _int_setting(tenant_settings, "token_budget", settings.MNEMO_DEFAULT_TOKEN_BUDGET, 256)
+    default_history = min(settings.MNEMO_HISTORY_TOKEN_BUDGET, token_budget * 3 // 4)
+    history = _int_setting(tenant_settings, "history_token_budget", default_history, 256)
+    return CompactionConfig(
+        # The history can never use more than 80 % of what the model's window leaves for the prompt.
+        history_budget=min(history, int(window_room * 0.8)),
+        summary_budget=_int_setting(
+            tenant_settings, "summary_token_budget", settings.MNEMO_SUMMARY_TOKEN_BUDGET, 128
+        ),
+        trigger=settings.MNEMO_COMPACTION_TRIGGER_PERCENT / 100,
+        background=settings.MNEMO_COMPACTION_BACKGROUND_PERCENT / 100,
+        keep=settings.MNEMO_COMPACTION_KEEP_PERCENT / 100,
+        fallback_keep=settings.MNEMO_COMPACTION_FALLBACK_KEEP_PERCENT / 100,
+        segment_max_tokens=settings.MNEMO_SEGMENT_MAX_TOKENS,
+        summary_ratio=settings.MNEMO_SUMMARY_RATIO_PERCENT / 100,
+        max_input_tokens=settings.MNEMO_SUMMARISER_MAX_INPUT_TOKENS,
+        sync_timeout=settings.MNEMO_COMPACTION_SYNC_TIMEOUT_SECONDS,
+        incomplete_grace_seconds=settings.MNEMO_COMPACTION_INCOMPLETE_GRACE_SECONDS,
+        lock_ttl=settings.MNEMO_COMPACTION_HARD_TIME_LIMIT + 60,
+        llm=llm_config(tenant_settings),
+        monthly_llm_tokens=_int_setting(
+            tenant_settings, "llm_monthly_token_budget", settings.MNEMO_LLM_MONTHLY_TOKENS, 0
+        ),
+    )

@@ -1,0 +1,127 @@
+"""SummarySegment (the B4 pieces), the per-conversation compaction state (queue flag, lease, last outcome)
+and the per-tenant monthly ledger of background LLM tokens."""
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from conversations.models import Conversation
+from tenants.models import Tenant
+
+
+class SummarySegment(models.Model):
+    """A summary of the raw messages start_seq..end_seq. Level 0 comes from one compaction; a roll-up of
+    older segments has a higher level and records whether it was made from their raw messages or, when
+    those did not fit the summariser's input, from the segments. Nothing is deleted: a replaced segment
+    points at its replacement (superseded_by) and leaves the prompt."""
+
+    class Source(models.TextChoices):
+        LLM = "llm", "LLM"
+        EXTRACTIVE = "extractive", "Extractive (offline)"
+        TRUNCATION = "truncation", "Truncation (no summary)"
+
+    class BuiltFrom(models.TextChoices):
+        RAW = "raw", "Raw messages"
+        SEGMENTS = "segments", "Older segments"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="summary_segments")
+    start_seq = models.PositiveBigIntegerField()
+    end_seq = models.PositiveBigIntegerField()
+    level = models.PositiveSmallIntegerField(default=0)
+    text = models.TextField()
+    token_count = models.PositiveIntegerField(
+        default=0, help_text="Tokens of the text as the prompt shows it."
+    )
+    source = models.CharField(max_length=16, choices=Source.choices)
+    built_from = models.CharField(max_length=16, choices=BuiltFrom.choices, default=BuiltFrom.RAW)
+    model = models.CharField(max_length=100, blank=True, help_text="LLM model, or the extractive version.")
+    template_version = models.CharField(max_length=32)
+    facts_checked = models.PositiveIntegerField(default=0, help_text="Facts found in the source messages.")
+    facts_missing = models.PositiveIntegerField(
+        default=0, help_text="Facts the summary had lost (re-added by the fact check)."
+    )
+    # seq of the compact_boundary written with it, and of the compact_summary message that carries it.
+    boundary_seq = models.PositiveBigIntegerField(default=0)
+    summary_seq = models.PositiveBigIntegerField(null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    superseded_by = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="replaces"
+    )
+
+    class Meta:
+        ordering = ["conversation", "start_seq", "level"]
+        indexes = [
+            # B4 is read on every context call: the live segments of one conversation, oldest first.
+            models.Index(
+                fields=["conversation", "start_seq"],
+                condition=Q(superseded_by__isnull=True),
+                name="segment_live",
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(end_seq__gte=models.F("start_seq")), name="segment_range_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.start_seq}–{self.end_seq} L{self.level} ({self.source})"
+
+    @property
+    def is_live(self) -> bool:
+        return self.superseded_by_id is None
+
+
+class CompactionState(models.Model):
+    """One row per conversation that was ever compacted or queued. `queued_at` collapses duplicate triggers
+    (only the request that sets it queues a task); `lease_*` is the per-conversation lock when there is no
+    Redis (an atomic conditional update, so several workers can race for it)."""
+
+    conversation = models.OneToOneField(
+        Conversation, on_delete=models.CASCADE, primary_key=True, related_name="compaction_state"
+    )
+    queued_at = models.DateTimeField(null=True, blank=True)
+    lease_owner = models.CharField(max_length=64, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    last_end_seq = models.PositiveBigIntegerField(default=0)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    last_source = models.CharField(max_length=16, blank=True)
+    last_error = models.TextField(blank=True)
+    failures = models.PositiveIntegerField(default=0)
+    compactions = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"compaction of {self.conversation_id}"
+
+
+class LlmUsage(models.Model):
+    """Tokens a tenant's background LLM work used in one calendar month (UTC), counted from the provider's
+    usage in each response (or our own count when a response has none)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="llm_usage")
+    month = models.DateField(help_text="First day of the month.")
+    purpose = models.CharField(max_length=32, default="summary")
+    calls = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    # Background work that ran offline because this month's budget was spent.
+    budget_fallbacks = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        verbose_name = "LLM usage"
+        verbose_name_plural = "LLM usage"
+        ordering = ["-month", "tenant"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "month", "purpose"], name="llmusage_unique_month"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant} {self.month:%Y-%m} {self.purpose}"
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens

@@ -1,0 +1,67 @@
+"""Reads: where the history after the last compaction boundary starts, the live summary segments (B4), and
+the rendering of a segment into the prompt."""
+
+from typing import Any
+
+from conversations.models import Conversation, Message
+from summaries.models import SummarySegment
+from tenants.models import Tenant
+from tenants.scoping import access_object
+
+# compactMetadata key of a boundary: the last seq the compaction summarised. The boundary itself is
+# appended at the end of the transcript (seq is assigned on write), so B6 resumes after this seq, not after
+# the boundary's own; a boundary without it (a seed-style file) starts B6 after itself.
+END_SEQ_KEY = "endSeq"
+
+
+def boundary_last(conversation: Conversation | Any) -> tuple[int, int]:
+    """(seq of the last compact_boundary message, the seq B6 resumes after); (0, 0) before the first."""
+    row = (
+        Message.objects.filter(conversation=conversation, kind=Message.Kind.COMPACT_BOUNDARY)
+        .order_by("-seq")
+        .values_list("seq", "metadata")
+        .first()
+    )
+    if row is None:
+        return 0, 0
+    seq, metadata = row
+    end = metadata.get(END_SEQ_KEY) if isinstance(metadata, dict) else None
+    if isinstance(end, int) and not isinstance(end, bool) and 0 <= end <= seq:
+        return seq, end
+    return seq, seq
+
+
+def history_start_seq(conversation: Conversation | Any) -> int:
+    """B6 holds the messages with a seq greater than this."""
+    return boundary_last(conversation)[1]
+
+
+def segments_live(*, conversation: Conversation | Any) -> list[SummarySegment]:
+    """The segments B4 shows, oldest first. Superseded segments (rolled up or rebuilt) are left out."""
+    return list(
+        SummarySegment.objects.filter(conversation=conversation, superseded_by__isnull=True).order_by(
+            "start_seq", "level"
+        )
+    )
+
+
+def segment_prompt_text(segment: SummarySegment) -> str:
+    """A segment as B4 shows it: its seq range, then its text. A pure function of the stored row."""
+    return f"[Messages {segment.start_seq}–{segment.end_seq}]\n{segment.text}"
+
+
+def segment_source(segment: SummarySegment) -> dict[str, Any]:
+    return {
+        "kind": "summary_segment",
+        "id": str(segment.id),
+        "start_seq": segment.start_seq,
+        "end_seq": segment.end_seq,
+        "level": segment.level,
+        "source": segment.source,
+    }
+
+
+def access_segment(*, tenant: Tenant, segment_id: object) -> SummarySegment:
+    return access_object(
+        SummarySegment.objects.select_related("conversation"), pk=segment_id, conversation__tenant=tenant
+    )

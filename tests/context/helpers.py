@@ -1,0 +1,85 @@
+"""Helpers shared by the context and prefix-cache tests: the context call, stored history with known token
+counts, and a fake block source for the blocks whose real sources (memory, summaries, retrieval) are not
+built yet."""
+
+import json
+from typing import Any
+
+from context import sources
+from conversations.models import Conversation, Message
+from conversations.services import message_append_batch
+from prefix_cache.rendering import Item
+from providers.tokens import count_message, count_text
+
+MODEL = "gpt-4o"
+FAKE_SOURCE = "tests_fake_blocks"
+
+
+def context_url(conversation: Conversation | str) -> str:
+    return f"/api/v1/conversations/{getattr(conversation, 'id', conversation)}/context"
+
+
+def context_call(actor: Any, conversation: Conversation, **body: Any) -> Any:
+    return actor.client.post(context_url(conversation), body, format="json")
+
+
+def context(actor: Any, conversation: Conversation, **body: Any) -> dict[str, Any]:
+    """The context response body; the call must succeed."""
+    response = context_call(actor, conversation, **body)
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def error_code(response: Any) -> str:
+    return response.json()["error"]["code"]
+
+
+def dumps(value: Any) -> str:
+    """The bytes a client would send on: key order kept, nothing normalised."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def append(conversation: Conversation, *items: dict[str, Any]) -> list[Message]:
+    """Store messages through the service (token counts computed on write, as in production)."""
+    return [r.message for r in message_append_batch(conversation=conversation, items=list(items))]
+
+
+def exchanges(
+    conversation: Conversation, count: int, *, tokens: int | None = None, label: str = "exchange"
+) -> list[Message]:
+    """`count` user/assistant exchanges. With `tokens`, each message's stored token_count is set to it:
+    the pipeline must budget with the stored count, never re-tokenise history."""
+    items: list[dict[str, Any]] = []
+    for n in range(1, count + 1):
+        items.append({"role": "user", "content": f"{label} {n} question"})
+        items.append({"role": "assistant", "content": f"{label} {n} answer"})
+    messages = append(conversation, *items)
+    if tokens is not None:
+        Message.objects.filter(pk__in=[m.pk for m in messages]).update(token_count=tokens)
+        for m in messages:
+            m.token_count = tokens
+    return messages
+
+
+def item(text: str, *, score: float = 0.0, **source: Any) -> Item:
+    return Item(text=text, tokens=count_text(text, model=MODEL), source=source, score=score)
+
+
+def install_blocks(monkeypatch: Any, **blocks: Any) -> None:
+    """Register a source that fills layout blocks (b2a, b4, b5, b3, b2b, memory_updates) on every call.
+    monkeypatch removes it after the test. Lists are copied per call: the budget stage pops from them."""
+
+    def loader(state: Any) -> None:
+        for name, value in blocks.items():
+            setattr(state.layout, name, list(value) if isinstance(value, list) else value)
+
+    monkeypatch.setitem(sources.BLOCK_SOURCES, FAKE_SOURCE, loader)
+
+
+def user_tokens(text: str) -> int:
+    """What the current user message costs in an OpenAI prompt."""
+    return count_message(role="user", content=text, model=MODEL)
+
+
+def section(title: str, *texts: str) -> str:
+    return title + "\n" + "\n\n".join(texts)

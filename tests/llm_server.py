@@ -1,0 +1,142 @@
+"""A small OpenAI-compatible chat-completions server for tests, on 127.0.0.1 with a free port, driven through
+the real `openai` package. Each test scripts what the next requests get:
+
+    llm_server.script("500", "good")          # first request 500, second a good reply
+    llm_server.reply = "Decisions: use Redis."  # text of good replies
+    llm_server.requests                         # JSON bodies received, in order
+
+Behaviours: good, slow (sleeps `slow_seconds`, then good), 500, 429, 401, malformed (200 with a body that
+is not JSON), empty (200 JSON without choices), no_usage (good, without a usage object). Unscripted
+requests get `default` (good)."""
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+
+class LLMServer:
+    def __init__(self) -> None:
+        self.queue: deque[str] = deque()
+        self.default = "good"
+        self.reply = "Summary: the user asked for a report."
+        self.slow_seconds = 2.0
+        self.prompt_tokens = 120
+        self.completion_tokens = 30
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # keep test output clean
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                with server.lock:
+                    server.requests.append(
+                        {"path": self.path, "body": body, "auth": self.headers.get("Authorization")}
+                    )
+                    behaviour = server.queue.popleft() if server.queue else server.default
+                server.respond(self, behaviour, body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.httpd.block_on_close = False
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def script(self, *behaviours: str) -> None:
+        with self.lock:
+            self.queue.extend(behaviours)
+
+    def _completion(self, body: dict[str, Any], *, usage: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": "chatcmpl-test",
+            "object": "chat.completion",
+            "created": 1700000000,
+            "model": body.get("model", "test-model"),
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": self.reply}, "finish_reason": "stop"}
+            ],
+        }
+        if usage:
+            out["usage"] = {
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+                "total_tokens": self.prompt_tokens + self.completion_tokens,
+            }
+        return out
+
+    def respond(self, handler: BaseHTTPRequestHandler, behaviour: str, body: dict[str, Any]) -> None:
+        status, payload, content_type = 200, b"", "application/json"
+        if behaviour == "slow":
+            time.sleep(self.slow_seconds)
+            behaviour = "good"
+        if behaviour == "good":
+            payload = json.dumps(self._completion(body)).encode()
+        elif behaviour == "no_usage":
+            payload = json.dumps(self._completion(body, usage=False)).encode()
+        elif behaviour in ("500", "429", "401"):
+            status = int(behaviour)
+            payload = json.dumps({"error": {"message": f"scripted {behaviour}", "type": "test"}}).encode()
+        elif behaviour == "malformed":
+            payload = b'{"id": "chatcmpl-test", "choices": [ this is not json'
+        elif behaviour == "empty":
+            payload = json.dumps({"id": "chatcmpl-test", "object": "chat.completion", "choices": []}).encode()
+        else:
+            raise ValueError(f"unknown behaviour {behaviour!r}")
+        try:
+            handler.send_response(status)
+            handler.send_header("Content-Type", content_type)
+            handler.send_header("Content-Length", str(len(payload)))
+            handler.end_headers()
+            handler.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (a timeout test)
+
+    def start(self) -> "LLMServer":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def llm_server() -> Iterator[LLMServer]:
+    server = LLMServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def llm_settings(settings, llm_server):
+    """Mnemo pointed at the test server, with fast timeouts and backoff."""
+    from providers.llm import _client
+
+    settings.LLM_BASE_URL = llm_server.base_url
+    settings.LLM_API_KEY = "test-key"
+    settings.LLM_MODEL = "test-model"
+    settings.LLM_TIMEOUT_SECONDS = 1
+    settings.LLM_MAX_RETRIES = 2
+    settings.LLM_RETRY_BACKOFF_SECONDS = 0.01
+    settings.MNEMO_COMPACTION_SYNC_TIMEOUT_SECONDS = 1
+    _client.cache_clear()
+    yield settings
+    _client.cache_clear()
