@@ -13,6 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
+from django.db.models import Count, Min, Sum
 from django.utils import timezone
 
 from context import sources
@@ -64,7 +65,9 @@ class ContextState:
     layout: Layout = field(default_factory=Layout)
     boundary_seq: int = 0
     history_until: int | None = None  # the history stops here when the question is a stored message
-    history_before: int = 0  # seq the loaded history starts after
+    history_start: int = 0  # the history is read after this seq (the boundary or the window start)
+    # Set when older history after history_start was not even read because it could not fit: up to this seq.
+    history_unread_to: int | None = None
     protected_from_seq: int = 0
     timings: dict[str, float] = field(default_factory=dict)
     degradations: list[dict[str, Any]] = field(default_factory=list)
@@ -204,7 +207,8 @@ def _load_history(state: ContextState, *, until_seq: int | None) -> None:
     """B6: messages after the boundary (and after the window start), read newest first and only as far back
     as the budget could possibly use, so a 100k-message conversation costs what its window costs."""
     start = max(state.boundary_seq, state.context.window_start_seq)
-    state.history_before = start
+    state.history_start = start
+    state.history_unread_to = None
     allowance = max(0, _history_allowance(state))
     base = Message.objects.filter(conversation=state.conversation, seq__gt=start, kind=Message.Kind.MESSAGE)
     if until_seq is not None:
@@ -218,15 +222,16 @@ def _load_history(state: ContextState, *, until_seq: int | None) -> None:
         page = list(page_qs.order_by("-seq").values_list("seq", "token_count", "role")[:page_size])
         rows += page
         total += sum(r[1] for r in page)
-        if len(page) < page_size or total > allowance:
+        if len(page) < page_size:
+            break
+        if total > allowance:
+            # Anything older than what was read cannot fit; the budget stage reports it as dropped.
+            state.history_unread_to = page[-1][0] - 1
             break
         cursor = page[-1][0]
     rows.reverse()
     if not rows:
         return
-    # Everything older than what was read is over budget for sure; the budget stage decides the rest.
-    if len(rows) and rows[0][0] > start + 1 and total > allowance:
-        state.history_before = rows[0][0] - 1
     user_seqs = [seq for seq, _, role in rows if role == Message.Role.USER]
     state.protected_from_seq = (
         user_seqs[-PROTECTED_EXCHANGES] if len(user_seqs) >= PROTECTED_EXCHANGES else rows[0][0]
@@ -335,27 +340,20 @@ def stage_budget(state: ContextState) -> None:
                 keep_from = index
             else:
                 break
-        cut = layout.b6[:keep_from]
-        if cut:
-            layout.b6 = layout.b6[keep_from:]
-            history_tokens = kept
-            new_start = cut[-1].seq
-            state.dropped.append(
-                {
-                    "block": "B6",
-                    "reason": "budget",
-                    "from_seq": cut[0].seq,
-                    "to_seq": new_start,
-                    "messages": len(cut),
-                    "tokens": sum(m.token_count for m in cut),
-                }
-            )
-            if state.request.record:
-                ConversationContext.objects.filter(
-                    pk=state.context.pk, window_start_seq__lt=new_start
-                ).update(window_start_seq=new_start, updated_at=timezone.now())
-            state.context.window_start_seq = new_start
-            totals = _exact_total(state, history_tokens)
+        # The window starts on a user message: never with a tool result whose call was cut (providers
+        # refuse that) or with an answer whose question was cut.
+        while (
+            keep_from < len(layout.b6)
+            and layout.b6[keep_from].role != Message.Role.USER
+            and layout.b6[keep_from].seq < state.protected_from_seq
+        ):
+            kept -= layout.b6[keep_from].token_count
+            keep_from += 1
+        history_tokens = _cut_history(state, layout.b6[:keep_from], kept_tokens=kept)
+        layout.b6 = layout.b6[keep_from:]
+        totals = _exact_total(state, history_tokens)
+    elif state.history_unread_to is not None:
+        history_tokens = _cut_history(state, [], kept_tokens=history_tokens)
 
     while totals["total"] > state.budget and layout.b4:
         item = layout.b4.pop(0)
@@ -383,6 +381,43 @@ def stage_budget(state: ContextState) -> None:
             f"the budget is {state.budget}.",
         )
     state.tokens = totals
+
+
+def _cut_history(state: ContextState, cut: list[HistoryMessage], *, kept_tokens: int) -> int:
+    """List what the cut leaves out (with the older history that was never read) as one B6 drop, move the
+    window start past it, and return the tokens the history keeps."""
+    messages, tokens = len(cut), sum(m.token_count for m in cut)
+    from_seq = cut[0].seq if cut else None
+    if state.history_unread_to is not None:
+        unread = Message.objects.filter(
+            conversation=state.conversation,
+            kind=Message.Kind.MESSAGE,
+            seq__gt=state.history_start,
+            seq__lte=state.history_unread_to,
+        ).aggregate(n=Count("id"), tokens=Sum("token_count"), first=Min("seq"))
+        if unread["n"]:
+            messages += unread["n"]
+            tokens += unread["tokens"] or 0
+            from_seq = unread["first"]
+    if from_seq is None:
+        return kept_tokens
+    new_start = cut[-1].seq if cut else state.history_unread_to
+    state.dropped.append(
+        {
+            "block": "B6",
+            "reason": "budget",
+            "from_seq": from_seq,
+            "to_seq": new_start,
+            "messages": messages,
+            "tokens": tokens,
+        }
+    )
+    if state.request.record:
+        ConversationContext.objects.filter(pk=state.context.pk, window_start_seq__lt=new_start).update(
+            window_start_seq=new_start, updated_at=timezone.now()
+        )
+    state.context.window_start_seq = new_start
+    return kept_tokens
 
 
 _TRUNCATION_MARKER = "\n[… task state truncated to fit the token budget]"

@@ -74,7 +74,11 @@ def compaction_check(state: Any, totals: dict[str, int]) -> bool:
         return False
     cfg = compaction_config(state.conversation)
     # The loaded history is all of it unless a window cut or the budget left older messages unread.
-    loaded_all = state.history_before <= state.boundary_seq and state.history_until is None
+    loaded_all = (
+        state.history_start <= state.boundary_seq
+        and state.history_unread_to is None
+        and state.history_until is None
+    )
     history = totals["history"] if loaded_all else history_tokens(state.conversation)
     over = totals["total"] > state.budget
     window_full = totals["total"] > cfg.trigger * state.info.context_window

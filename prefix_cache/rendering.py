@@ -239,7 +239,7 @@ def _openai_history(message: HistoryMessage) -> list[dict[str, Any]]:
         if role == "user" and pixels:
             blocks = [{"type": "text", "text": text}] if text else []
             return [{"role": "user", "content": blocks + [_openai_image(p) for p in pixels]}]
-        rendered = [{"role": role, "content": text}]
+        rendered = [{"role": role, "content": text}] if text else []
     if pixels:
         # Only user messages carry images in Chat Completions: the pixels follow in one.
         rendered.append({"role": "user", "content": [_openai_image(p) for p in pixels]})
@@ -280,7 +280,9 @@ def _anthropic_history(message: HistoryMessage) -> list[dict[str, Any]]:
     if message.role != "assistant":
         blocks += [_anthropic_image(p) for p in pixels]
     if not blocks:
-        blocks.append({"type": "text", "text": ""})
+        # An empty message (a streamed reply cut off before its first token) says nothing, and Anthropic
+        # refuses empty text blocks: leave it out.
+        return []
     rendered = [{"role": "assistant" if message.role == "assistant" else "user", "content": blocks}]
     if message.role == "assistant" and pixels:
         # An assistant turn cannot hold images: they follow in a user turn.
@@ -312,7 +314,7 @@ def _gemini_history(message: HistoryMessage, tool_names: dict[str, str]) -> list
         parts.append({"functionCall": {"name": c["name"], "args": _arguments_object(c["arguments"])}})
     parts += [_gemini_image(p) for p in pixels]
     if not parts:
-        parts.append({"text": ""})
+        return []  # see _anthropic_history: an empty message is left out
     return [{"role": "model" if message.role == "assistant" else "user", "parts": parts}]
 
 
@@ -349,9 +351,11 @@ def render(layout: Layout, fmt: str) -> Rendered:
     system = system_text(layout)
     history = render_history(layout.b6, fmt)
     user = current_user_text(layout)
+    # A blank current message (an agent loop going on after a tool result) is not sent as an empty turn.
     if fmt == "openai":
         messages = ([{"role": "system", "content": system}] if system else []) + history
-        messages.append({"role": "user", "content": user})
+        if user:
+            messages.append({"role": "user", "content": user})
         return Rendered(system=system, messages=messages, system_text=system, history=history, user_text=user)
     if fmt == "anthropic":
         # Breakpoints after the system message and after the last history message: both prefixes stay
@@ -365,12 +369,13 @@ def render(layout: Layout, fmt: str) -> Rendered:
             last = messages[-1]
             blocks = [*last["content"][:-1], {**last["content"][-1], "cache_control": {"type": "ephemeral"}}]
             messages[-1] = {**last, "content": blocks}
-        messages.append({"role": "user", "content": [{"type": "text", "text": user}]})
+        if user:
+            messages.append({"role": "user", "content": [{"type": "text", "text": user}]})
         return Rendered(
             system=system_blocks, messages=messages, system_text=system, history=history, user_text=user
         )
     system_instruction = {"parts": [{"text": system}]} if system else None
-    messages = [*history, {"role": "user", "parts": [{"text": user}]}]
+    messages = [*history, {"role": "user", "parts": [{"text": user}]}] if user else list(history)
     return Rendered(
         system=system_instruction, messages=messages, system_text=system, history=history, user_text=user
     )

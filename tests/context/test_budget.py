@@ -255,11 +255,6 @@ def test_without_a_system_message_the_reported_total_is_the_real_prompt_size(own
     assert body["tokens"]["total"] == count_chat(body["messages"], model=MODEL)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="context/pipeline.py stage_budget cuts B6 at any message, so the window can start with a tool "
-    "result whose tool call was cut (OpenAI and Anthropic reject such a request) or with an assistant reply",
-)
 def test_the_history_cut_lands_on_an_exchange_boundary(owner, conversation):
     items = []
     for n in range(5):
@@ -335,12 +330,6 @@ def test_a_long_history_is_cut_to_the_budget(owner, long_conversation):
     assert dumps(again["messages"]) == dumps(body["messages"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="context/pipeline.py stage_budget reports the B6 cut from the first row _load_history read "
-    "(seq 701 here), not from the window start: messages 1-700, never read because they could not fit, are "
-    "left out of the prompt without being listed in `dropped`",
-)
 def test_every_message_left_out_of_a_long_history_is_listed(owner, long_conversation):
     body = context(owner, long_conversation, user_message="hi", token_budget=2000)
     window_start = body["window"]["window_start_seq"]

@@ -360,13 +360,6 @@ def empty_text_blocks(messages):
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="prefix_cache/rendering.py render()/_anthropic_history emit {'type': 'text', 'text': ''} for an "
-    "empty current message (allowed: user_message may be blank, as in an agent loop after a tool result) and "
-    "for an empty history message (a cut-off streamed reply); Anthropic rejects the request with 400 "
-    "'messages: text content blocks must be non-empty'",
-)
 def test_anthropic_prompts_carry_no_empty_text_blocks(owner, conversation):
     url = f"/api/v1/conversations/{conversation.id}/messages"
     for message in [
