@@ -20,6 +20,7 @@ from summaries.locks import LockBusy
 from summaries.selectors import history_start_seq, segment_prompt_text, segment_source, segments_live
 from summaries.services import (
     CompactionStale,
+    compaction_failure_record,
     compaction_request,
     compaction_run,
     history_tokens,
@@ -101,6 +102,8 @@ def compaction_check(state: Any, totals: dict[str, int]) -> bool:
         return False
     except Exception as exc:
         logger.exception("compaction of %s failed on the request path", state.conversation.id)
+        # The savepoint took the failure record with it: record it again, outside.
+        compaction_failure_record(conversation=state.conversation, trigger="auto", exc=exc)
         state.degrade(
             "budget",
             "compaction_failed",

@@ -1,10 +1,12 @@
 """The offline extractive summariser and the fact extractor behind the summary fact check.
 
 Deterministic: the same messages and target always give the same text (ties are broken by position, no
-randomness, no clock). Sentences are scored by term weight (tf·isf over the segment), position (a message's
-opening, the segment's first and last messages), role (the user's requests weigh most, tool output least),
-cue words (decisions, errors and fixes, open tasks, requests) and the named things they carry (numbers,
-identifiers, paths, names, dates); near-duplicates of an already chosen sentence are skipped. The chosen
+randomness, no clock). Sentences are scored on one additive scale by term weight (tf·isf over the segment,
+with the frequency capped so repeated boilerplate does not drown what was said once), position (a message's
+opening, the segment's first and last messages), cue words by category (decisions first, then errors and
+fixes, open tasks, intent), explicit requests and the named things they carry (numbers, identifiers, paths,
+names, dates), weighted by role (the user's words most, tool output least); near-duplicates of an already
+chosen sentence are skipped. The chosen
 sentences are printed verbatim in their original order, so numbers and identifiers are never paraphrased.
 """
 
@@ -561,76 +563,99 @@ _STOPWORDS = frozenset(
     ]
 )
 
-_CUES = {
-    # decisions
-    "decided": 1.0,
-    "decide": 0.6,
-    "decision": 1.0,
-    "agreed": 1.0,
-    "agree": 0.5,
-    "chose": 0.9,
-    "choose": 0.5,
-    "chosen": 0.9,
-    "settled": 0.8,
-    "going": 0.2,
-    "instead": 0.5,
-    "approved": 0.8,
-    "rejected": 0.8,
-    "final": 0.5,
-    "confirmed": 0.8,
-    "confirm": 0.5,
-    "prefer": 0.6,
-    "prefers": 0.6,
-    "always": 0.4,
-    "never": 0.4,
-    # errors and fixes
-    "error": 0.8,
-    "errors": 0.8,
-    "failed": 0.8,
-    "fails": 0.7,
-    "failure": 0.8,
-    "exception": 0.8,
-    "bug": 0.7,
-    "crash": 0.7,
-    "broken": 0.6,
-    "fix": 0.7,
-    "fixed": 0.9,
-    "resolved": 0.8,
-    "workaround": 0.8,
-    "cause": 0.6,
-    "because": 0.3,
-    "traceback": 0.6,
-    "timeout": 0.5,
-    # open tasks
-    "todo": 1.0,
-    "next": 0.4,
-    "remaining": 0.6,
-    "pending": 0.6,
-    "deadline": 0.9,
-    "must": 0.5,
-    "need": 0.4,
-    "needs": 0.4,
-    "should": 0.3,
-    "will": 0.2,
-    "plan": 0.5,
-    "blocked": 0.7,
-    "open": 0.3,
-    "later": 0.3,
-    # requests and intent
-    "want": 0.5,
-    "wants": 0.5,
-    "goal": 0.7,
-    "requirement": 0.8,
-    "required": 0.6,
-    "important": 0.6,
-    "remember": 0.8,
-    "summary": 0.3,
-}
+# Cue words by what the summary must keep (DESIGN: requests and intent, decisions, errors and fixes, open
+# tasks). A sentence scores the strongest category it shows, plus a little for each further cue word.
+_CUE_CATEGORIES: tuple[tuple[float, frozenset[str]], ...] = (
+    (
+        1.2,  # decisions
+        frozenset(
+            [
+                "decided",
+                "decide",
+                "decision",
+                "decisions",
+                "agreed",
+                "agree",
+                "chose",
+                "choose",
+                "chosen",
+                "settled",
+                "approved",
+                "rejected",
+                "confirmed",
+                "final",
+                "instead",
+                "prefer",
+                "prefers",
+                "preferred",
+                "concluded",
+            ]
+        ),
+    ),
+    (
+        0.8,  # errors and their fixes
+        frozenset(
+            [
+                "error",
+                "errors",
+                "failed",
+                "fails",
+                "failure",
+                "failing",
+                "exception",
+                "bug",
+                "crash",
+                "crashed",
+                "broken",
+                "fix",
+                "fixed",
+                "fixes",
+                "resolved",
+                "workaround",
+                "cause",
+                "root",
+                "traceback",
+                "timeout",
+                "regression",
+                "outage",
+            ]
+        ),
+    ),
+    (
+        0.6,  # open tasks and constraints
+        frozenset(
+            [
+                "todo",
+                "remaining",
+                "pending",
+                "deadline",
+                "must",
+                "blocked",
+                "blocker",
+                "promised",
+                "owe",
+                "follow-up",
+                "next",
+                "later",
+                "important",
+                "required",
+                "requirement",
+                "never",
+                "always",
+            ]
+        ),
+    ),
+    (
+        0.5,
+        frozenset(["want", "wants", "need", "needs", "goal", "remember", "asked", "request", "requested"]),
+    ),  # intent
+)
+_REQUEST = re.compile(r"(?i)^(?:\W*)(?:can|could|would|will) you\b|\bplease\b|\bi (?:want|need|would like)\b")
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[A-Z0-9\"'(\[`*#-])")
 _CODE_FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 _MAX_SENTENCE_CHARS = 400
-_ROLE_WEIGHT = {"user": 1.25, "system": 1.1, "assistant": 1.0, "tool": 0.6}
+_ROLE_WEIGHT = {"user": 1.1, "system": 1.0, "assistant": 1.0, "tool": 0.7}
 _ROLE_LABEL = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 
 
@@ -701,6 +726,8 @@ def _sentences(messages: Sequence[SourceMessage]) -> list[_Sentence]:
 
 
 def _score(sentences: list[_Sentence], messages: Sequence[SourceMessage], focus: str) -> None:
+    """Each signal on one scale, added: the term weight (normalised to 0..1 over the segment), position,
+    cue category, named things, an explicit request, the focus; then weighted by role."""
     n = len(sentences)
     frequency: Counter[str] = Counter()
     spread: Counter[str] = Counter()
@@ -709,27 +736,34 @@ def _score(sentences: list[_Sentence], messages: Sequence[SourceMessage], focus:
         spread.update(set(s.terms))
     focus_terms = set(_terms(focus))
     last_message = len(messages) - 1
-    for s in sentences:
+
+    def weight(term: str) -> float:
+        # tf·isf with the frequency capped: a topic the segment returns to counts, boilerplate repeated in
+        # every other sentence does not drown what was said once.
+        return min(2.0, math.log1p(frequency[term])) * math.log(1 + n / spread[term])
+
+    raw = [sum(weight(t) for t in set(s.terms)) / len(set(s.terms)) if s.terms else 0.0 for s in sentences]
+    top = max(raw, default=0.0) or 1.0
+    for s, term_score in zip(sentences, raw, strict=True):
         distinct = set(s.terms)
         if not distinct:
             s.score = 0.0
             continue
-        # tf·isf: terms the segment keeps returning to, but not ones in every sentence.
-        weight = sum(math.log1p(frequency[t]) * math.log(1 + n / spread[t]) for t in distinct)
-        score = weight / math.sqrt(len(distinct) + 2)
-        score *= _ROLE_WEIGHT.get(messages[s.message].role, 1.0)
-        position = 0.0
+        # Very short sentences ("Good.", "Thanks a lot.") carry little whatever their words.
+        score = term_score / top * min(1.0, len(distinct) / 4)
         if s.first_in_message:
-            position += 0.3
+            score += 0.15
         if s.message == 0 or s.message == last_message:
-            position += 0.3
-        cue = min(1.5, sum(_CUES.get(t, 0.0) for t in distinct))
-        score *= (1 + position) * (1 + 0.5 * cue) * (1 + 0.4 * min(s.facts, 4))
+            score += 0.15
+        strengths = [w for w, words in _CUE_CATEGORIES if distinct & words]
+        if strengths:
+            score += max(strengths) + 0.1 * (len(strengths) - 1)
+        score += 0.3 * min(s.facts, 3)
+        if _REQUEST.search(s.text):
+            score += 0.3
         if focus_terms and distinct & focus_terms:
-            score *= 1 + 0.5 * len(distinct & focus_terms)
-        if re.match(r"(?i)(can|could|would|will) you\b|please\b|i (want|need|would like)\b", s.text):
-            score *= 1.3  # an explicit request
-        s.score = score
+            score += 0.8 * len(distinct & focus_terms)
+        s.score = score * _ROLE_WEIGHT.get(messages[s.message].role, 1.0)
 
 
 def _similar(a: _Sentence, b: _Sentence) -> bool:

@@ -3,8 +3,11 @@ the rendering of a segment into the prompt."""
 
 from typing import Any
 
+from django.db.models import Q, QuerySet
+
 from conversations.models import Conversation, Message
 from summaries.models import SummarySegment
+from summaries.prompts import TEMPLATE_VERSION
 from tenants.models import Tenant
 from tenants.scoping import access_object
 
@@ -65,3 +68,18 @@ def access_segment(*, tenant: Tenant, segment_id: object) -> SummarySegment:
     return access_object(
         SummarySegment.objects.select_related("conversation"), pk=segment_id, conversation__tenant=tenant
     )
+
+
+def segments_to_rebuild(
+    *, tenant: Tenant | None = None, conversation_id: Any = None, only_outdated: bool = True
+) -> QuerySet[SummarySegment]:
+    """Live segments made with an older template or by truncation (all live ones with only_outdated=False),
+    in rebuild order."""
+    qs = SummarySegment.objects.filter(superseded_by__isnull=True).select_related("conversation__tenant")
+    if tenant is not None:
+        qs = qs.filter(conversation__tenant=tenant)
+    if conversation_id is not None:
+        qs = qs.filter(conversation_id=conversation_id)
+    if only_outdated:
+        qs = qs.filter(~Q(template_version=TEMPLATE_VERSION) | Q(source=SummarySegment.Source.TRUNCATION))
+    return qs.order_by("conversation_id", "start_seq", "level")

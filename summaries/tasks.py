@@ -64,8 +64,8 @@ def compaction_catch_up() -> dict:
 def segments_rebuild(self, conversation_id: str, only_outdated: bool = False) -> int:
     """Rebuild a conversation's live segments (admin action "rebuild summaries")."""
     from summaries.locks import LockBusy
-    from summaries.management.commands.resummarize import segments_to_rebuild
     from summaries.models import SummarySegment
+    from summaries.selectors import segments_to_rebuild
     from summaries.services import segment_rebuild
 
     if not SummarySegment.objects.filter(conversation_id=conversation_id).exists():

@@ -126,7 +126,7 @@ def compaction_plan(
     while split > 0 and kept < total * keep:
         split -= 1
         kept += rows[split][1]
-    split = max(1, split)
+    split = min(max(1, split), len(rows) - 1)  # keep at least the newest message, summarise at least one
     while split > 0 and rows[split][2] == Message.Role.TOOL:
         split -= 1
     if split > 0 and rows[split][2] != Message.Role.USER:
@@ -589,9 +589,10 @@ def outcome_data(outcome: CompactionOutcome) -> dict[str, Any]:
     }
 
 
-def _record_failure(
-    conversation: Conversation, *, trigger: str, exc: BaseException, will_retry: bool
+def compaction_failure_record(
+    *, conversation: Conversation, trigger: str, exc: BaseException, will_retry: bool = False
 ) -> None:
+    """Count a failed compaction on the conversation's state and publish compaction.failed."""
     CompactionState.objects.get_or_create(conversation=conversation)
     CompactionState.objects.filter(pk=conversation.pk).update(
         last_error=f"{type(exc).__name__}: {exc}"[:2000],
@@ -632,7 +633,9 @@ def compaction_run(
         except CompactionStale:
             raise
         except Exception as exc:
-            _record_failure(conversation, trigger=trigger, exc=exc, will_retry=will_retry)
+            compaction_failure_record(
+                conversation=conversation, trigger=trigger, exc=exc, will_retry=will_retry
+            )
             raise
 
 

@@ -278,3 +278,29 @@ def test_a_failure_is_recorded_and_published(conversation, monkeypatch):
     assert sent[-1] == "compaction.failed"
     state = CompactionState.objects.get(pk=conversation.pk)
     assert state.failures == 1 and "disk full" in state.last_error
+
+
+def test_the_core_memory_hook_fires_after_the_boundary_moves(
+    conversation, django_capture_on_commit_callbacks
+):
+    from summaries.signals import boundary_moved
+
+    received: list[dict] = []
+
+    def receiver(sender, **kwargs):
+        received.append(kwargs)
+
+    boundary_moved.connect(receiver)
+    try:
+        history(conversation, 20)
+        with django_capture_on_commit_callbacks(execute=True):
+            outcome = compaction_run(conversation=conversation, trigger="manual")
+    finally:
+        boundary_moved.disconnect(receiver)
+    (call,) = received
+    assert call["conversation_id"] == conversation.id
+    assert (call["boundary_seq"], call["end_seq"], call["trigger"]) == (
+        outcome.boundary.seq,
+        outcome.end_seq,
+        "manual",
+    )

@@ -143,3 +143,21 @@ def test_when_a_background_run_holds_the_lock_an_over_budget_prompt_is_cut_inste
     assert "compaction_busy" in [d["code"] for d in body["degradations"]]
     assert [d["reason"] for d in body["dropped"] if d["block"] == "B6"] == ["budget"]
     assert boundaries(small_budget) == 0
+
+
+def test_a_failed_compaction_on_the_request_path_degrades_and_is_recorded(owner, small_budget, monkeypatch):
+    from summaries.services import compaction as compaction_module
+
+    def broken(**kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(compaction_module, "compaction_records_append", broken)
+    grow_to(small_budget, 0.85)
+    body = context(owner, small_budget, token_budget=400)
+    assert "compaction_failed" in [d["code"] for d in body["degradations"]]
+    assert [d["reason"] for d in body["dropped"] if d["block"] == "B6"] == [
+        "budget"
+    ]  # the window cut instead
+    state = CompactionState.objects.get(pk=small_budget.pk)
+    assert state.failures == 1 and "disk full" in state.last_error
+    assert boundaries(small_budget) == 0

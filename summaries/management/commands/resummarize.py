@@ -4,27 +4,13 @@ changed or an LLM was configured. By default only segments made with an older te
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db.models import Q, QuerySet
 from tqdm import tqdm
 
 from summaries.locks import LockBusy
-from summaries.models import SummarySegment
 from summaries.prompts import TEMPLATE_VERSION
+from summaries.selectors import segments_to_rebuild
 from summaries.services import segment_rebuild
 from tenants.models import Tenant
-
-
-def segments_to_rebuild(
-    *, tenant: Tenant | None = None, conversation_id: Any = None, only_outdated: bool = True
-) -> QuerySet[SummarySegment]:
-    qs = SummarySegment.objects.filter(superseded_by__isnull=True).select_related("conversation__tenant")
-    if tenant is not None:
-        qs = qs.filter(conversation__tenant=tenant)
-    if conversation_id is not None:
-        qs = qs.filter(conversation_id=conversation_id)
-    if only_outdated:
-        qs = qs.filter(~Q(template_version=TEMPLATE_VERSION) | Q(source=SummarySegment.Source.TRUNCATION))
-    return qs.order_by("conversation_id", "start_seq", "level")
 
 
 class Command(BaseCommand):
