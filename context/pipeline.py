@@ -23,7 +23,7 @@ from conversations.models import Conversation, Message
 from prefix_cache.accounting import count_cached
 from prefix_cache.rendering import HistoryMessage, Item, Layout, Rendered, canonical_json, render, sha256
 from prefix_cache.rendering import system_sections as render_system_sections
-from prefix_cache.services import PrefixLevel, cache_usage_open, prefix_hints_record
+from prefix_cache.services import PrefixLevel, PrefixMatch, cache_usage_open, prefix_hints_record
 from prefix_cache.usage import cacheable_tokens
 from providers.model_table import ModelInfo, is_known_model, model_info
 from providers.tokens import MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS, count_message
@@ -183,13 +183,16 @@ def stage_load(state: ContextState) -> None:
 def _agent_profile(state: ContextState) -> AgentProfile | None:
     tenant = state.conversation.tenant
     if state.request.agent_profile_id is not None:
-        profile = AgentProfile.objects.filter(tenant=tenant, pk=state.request.agent_profile_id).first()
+        profile = (
+            AgentProfile.objects.filter(tenant=tenant, pk=state.request.agent_profile_id).order_by().first()
+        )
         if profile is None:
             raise ApplicationError("No such agent profile in your tenant.", code="invalid_agent_profile")
         return profile
     if state.context.agent_profile_id is not None:
         return state.context.agent_profile
-    return AgentProfile.objects.filter(tenant=tenant, is_default=True).first()
+    # No ordering: the partial unique constraint allows one default, and Meta.ordering would join the tenant.
+    return AgentProfile.objects.filter(tenant=tenant, is_default=True).order_by().first()
 
 
 def _history_allowance(state: ContextState) -> int:
@@ -236,10 +239,12 @@ def _load_history(state: ContextState, *, until_seq: int | None) -> None:
     state.protected_from_seq = (
         user_seqs[-PROTECTED_EXCHANGES] if len(user_seqs) >= PROTECTED_EXCHANGES else rows[0][0]
     )
+    # Bounded on both sides and limited: with only a lower bound PostgreSQL estimates the range from the
+    # whole table and may pick a parallel bitmap scan over the conversation's index.
     messages = (
-        base.filter(seq__gte=rows[0][0])
+        base.filter(seq__gte=rows[0][0], seq__lte=rows[-1][0])
         .order_by("seq")
-        .only("id", "seq", "role", "content", "parts", "token_count", "is_error", "completed")
+        .only("id", "seq", "role", "content", "parts", "token_count", "is_error", "completed")[: len(rows)]
     )
     state.layout.b6 = [
         HistoryMessage(
@@ -457,7 +462,12 @@ def stage_render(state: ContextState) -> None:
     state.rendered = render(state.layout, state.fmt)
 
 
-def _prefix_levels(state: ContextState) -> list[PrefixLevel]:
+def _prefix_levels(state: ContextState) -> tuple[list[PrefixLevel], list[str], PrefixLevel | None]:
+    """(the whole levels B1 … B1+B2a+B4+B6, the history hash chain, the whole prompt's level).
+
+    The chain has one hash per stored history message, each over the one before and the system message,
+    so a prompt that extends an earlier one (history grew, nothing before changed) finds the exact message
+    up to which the earlier prompt was the same."""
     assert state.rendered is not None
     sections = render_system_sections(state.layout)
     salt = f"{state.fmt}\x00{state.model}\x00"
@@ -466,17 +476,39 @@ def _prefix_levels(state: ContextState) -> list[PrefixLevel]:
         text = "\n\n".join(s for s in sections[:depth] if s)
         tokens = system_message_tokens(text, model=state.model)
         levels.append(PrefixLevel(level, sha256(salt + text), tokens))
-    history_hash = sha256(levels[-1].hash + canonical_json(state.rendered.history))
+    chain: list[str] = []
+    running = levels[-1].hash
+    for group in state.rendered.history_groups:
+        running = sha256(running + canonical_json(group))
+        chain.append(running)
+    history_hash = chain[-1] if chain else sha256(levels[-1].hash + "[]")
     levels.append(PrefixLevel(LEVELS[3], history_hash, levels[-1].tokens + state.tokens["history"]))
-    return levels
+    prompt = None
+    if state.rendered.current is not None:
+        # Recorded so that the next request, whose history ends with this question, matches through it.
+        prompt = PrefixLevel(
+            "prompt",
+            sha256(history_hash + canonical_json([state.rendered.current])),
+            levels[-1].tokens + state.tokens["user"],
+        )
+    return levels, chain, prompt
 
 
 def stage_hint(state: ContextState) -> None:
-    levels = _prefix_levels(state)
-    hit = None
+    levels, chain, prompt = _prefix_levels(state)
+    match = PrefixMatch(level=None, chain_index=None)
     if state.request.record:
-        hit = prefix_hints_record(tenant=state.conversation.tenant, levels=levels)
-    hit_tokens = next((lv.tokens for lv in levels if lv.level == hit), 0)
+        match = prefix_hints_record(
+            tenant=state.conversation.tenant, levels=levels + ([prompt] if prompt else []), chain=chain
+        )
+    hit = match.level if match.level != "prompt" else LEVELS[3]
+    if match.chain_index is not None:
+        # The system message and the history up to that message were sent before, byte for byte.
+        cached_messages = match.chain_index + 1
+        hit_tokens = levels[2].tokens + sum(m.token_count for m in state.layout.b6[:cached_messages])
+    else:
+        cached_messages = 0
+        hit_tokens = next((lv.tokens for lv in levels if lv.level == hit), 0)
     provider = {"openai": "openai", "anthropic": "anthropic", "gemini": "gemini"}[state.fmt]
     stable = levels[-1].tokens  # what the next request can re-use if nothing before the boundary changes
     predicted = cacheable_tokens(provider, prefix_tokens=hit_tokens, model=state.model)
@@ -484,6 +516,7 @@ def stage_hint(state: ContextState) -> None:
         "hashes": {lv.level: lv.hash for lv in levels},
         "tokens": {lv.level: lv.tokens for lv in levels},
         "hint_level": hit,
+        "cached_history_messages": cached_messages,
         "predicted_cached_tokens": predicted,
         "cacheable_prefix_tokens": {
             p: cacheable_tokens(p, prefix_tokens=stable, model=state.model)

@@ -13,6 +13,8 @@ from django.db import transaction
 
 from context.models import ConversationContext
 from conversations.models import Conversation
+from memory.selectors import core_memory_at, core_memory_blocks_current, label_order
+from memory.services import core_memory_snapshot_get
 from prefix_cache.accounting import count_cached
 from prefix_cache.rendering import Item
 from summaries.conf import compaction_config
@@ -58,6 +60,42 @@ def load_summaries(state: Any) -> None:
 
 
 BLOCK_SOURCES["B4"] = load_summaries
+
+
+# --- B2a: core memory (and the memory-updates section for edits since the last boundary) ------------------
+
+
+def load_core_memory(state: Any) -> None:
+    """B2a shows the end user's blocks at the versions of the conversation's snapshot (its last compaction
+    boundary, or its first context call), so the system message stays byte-identical between boundaries.
+    Edits made since reach the model as short "memory updates" in the current user message."""
+    conversation = state.conversation
+    if conversation.end_user_id is None:
+        return
+    snapshot = core_memory_snapshot_get(conversation=conversation, boundary_seq=boundary_seq(conversation))
+    folded = core_memory_at(end_user_id=conversation.end_user_id, versions=snapshot.versions)
+    items = []
+    for label in sorted(folded, key=label_order):
+        text = f"<{label}>\n{folded[label]}\n</{label}>"
+        source = {"kind": "core_memory", "label": label, "version": snapshot.versions[label]}
+        items.append(Item(text=text, tokens=count_cached(text, model=state.model), source=source))
+    state.layout.b2a = items
+    updates = []
+    for block in core_memory_blocks_current(end_user_id=conversation.end_user_id):
+        if snapshot.versions.get(block.label) == block.version:
+            continue
+        text = f"- core memory <{block.label}> is now (v{block.version}): {block.value}"
+        source = {
+            "kind": "memory_update",
+            "target": "core_memory",
+            "label": block.label,
+            "version": block.version,
+        }
+        updates.append(Item(text=text, tokens=count_cached(text, model=state.model), source=source))
+    state.layout.memory_updates = [*state.layout.memory_updates, *updates]
+
+
+BLOCK_SOURCES["B2a"] = load_core_memory
 
 
 def compaction_check(state: Any, totals: dict[str, int]) -> bool:

@@ -8,7 +8,9 @@ from tenants.scoping import access_object
 
 
 def access_conversation(*, tenant: Tenant, conversation_id: object) -> Conversation:
-    return access_object(Conversation.objects.select_related("end_user"), pk=conversation_id, tenant=tenant)
+    return access_object(
+        Conversation.objects.select_related("end_user", "tenant"), pk=conversation_id, tenant=tenant
+    )
 
 
 def access_message(*, conversation: Conversation, message_id: object) -> Message:

@@ -16,6 +16,7 @@ class PrefixHint(models.Model):
         B2A = "B1+B2a", "+ core memory"
         B4 = "B1+B2a+B4", "+ summaries (whole system message)"
         B6 = "B1+B2a+B4+B6", "+ history"
+        PROMPT = "prompt", "+ current message (the whole prompt)"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="prefix_hints")
     level = models.CharField(max_length=16, choices=Level.choices)

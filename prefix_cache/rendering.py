@@ -318,19 +318,24 @@ def _gemini_history(message: HistoryMessage, tool_names: dict[str, str]) -> list
     return [{"role": "model" if message.role == "assistant" else "user", "parts": parts}]
 
 
-def render_history(history: list[HistoryMessage], fmt: str) -> list[dict[str, Any]]:
-    rendered: list[dict[str, Any]] = []
+def render_history_groups(history: list[HistoryMessage], fmt: str) -> list[list[dict[str, Any]]]:
+    """The provider messages of each stored message (one stored message may render as several, or none)."""
+    groups: list[list[dict[str, Any]]] = []
     tool_names: dict[str, str] = {}
     for message in history:
         if fmt == "openai":
-            rendered += _openai_history(message)
+            groups.append(_openai_history(message))
         elif fmt == "anthropic":
-            rendered += _anthropic_history(message)
+            groups.append(_anthropic_history(message))
         else:
             for c in (p for p in message.parts if p["type"] == "tool_call"):
                 tool_names[c["id"]] = c["name"]
-            rendered += _gemini_history(message, tool_names)
-    return rendered
+            groups.append(_gemini_history(message, tool_names))
+    return groups
+
+
+def render_history(history: list[HistoryMessage], fmt: str) -> list[dict[str, Any]]:
+    return [entry for group in render_history_groups(history, fmt) for entry in group]
 
 
 # --- whole request ----------------------------------------------------------------------------------------
@@ -343,20 +348,33 @@ class Rendered:
     system_text: str
     history: list[dict[str, Any]]
     user_text: str
+    # Per stored history message, its provider messages (for the prefix hash chain), and the current
+    # message as sent (None when blank).
+    history_groups: list[list[dict[str, Any]]] = field(default_factory=list)
+    current: dict[str, Any] | None = None
 
 
 def render(layout: Layout, fmt: str) -> Rendered:
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}")
     system = system_text(layout)
-    history = render_history(layout.b6, fmt)
+    groups = render_history_groups(layout.b6, fmt)
+    history = [entry for group in groups for entry in group]
     user = current_user_text(layout)
     # A blank current message (an agent loop going on after a tool result) is not sent as an empty turn.
     if fmt == "openai":
         messages = ([{"role": "system", "content": system}] if system else []) + history
         if user:
             messages.append({"role": "user", "content": user})
-        return Rendered(system=system, messages=messages, system_text=system, history=history, user_text=user)
+        return Rendered(
+            system=system,
+            messages=messages,
+            system_text=system,
+            history=history,
+            user_text=user,
+            history_groups=groups,
+            current=messages[-1] if user else None,
+        )
     if fmt == "anthropic":
         # Breakpoints after the system message and after the last history message: both prefixes stay
         # byte-identical until the next compaction, so each turn reads them from the cache.
@@ -372,10 +390,22 @@ def render(layout: Layout, fmt: str) -> Rendered:
         if user:
             messages.append({"role": "user", "content": [{"type": "text", "text": user}]})
         return Rendered(
-            system=system_blocks, messages=messages, system_text=system, history=history, user_text=user
+            system=system_blocks,
+            messages=messages,
+            system_text=system,
+            history=history,
+            user_text=user,
+            history_groups=groups,
+            current=messages[-1] if user else None,
         )
     system_instruction = {"parts": [{"text": system}]} if system else None
     messages = [*history, {"role": "user", "parts": [{"text": user}]}] if user else list(history)
     return Rendered(
-        system=system_instruction, messages=messages, system_text=system, history=history, user_text=user
+        system=system_instruction,
+        messages=messages,
+        system_text=system,
+        history=history,
+        user_text=user,
+        history_groups=groups,
+        current=messages[-1] if user else None,
     )

@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 from rest_framework import status
 
@@ -22,28 +22,40 @@ class PrefixLevel:
     tokens: int
 
 
-def prefix_hints_record(*, tenant: Tenant, levels: list[PrefixLevel]) -> str | None:
-    """Count this request's prefixes and return the deepest level that had been sent before (the prefix
-    the provider can serve from its cache), or None. Levels are ordered shallow to deep."""
+@dataclass(frozen=True)
+class PrefixMatch:
+    level: str | None  # the deepest whole level sent before, or None
+    chain_index: int | None  # the last history message up to which this prompt was sent before
+
+
+def prefix_hints_record(
+    *, tenant: Tenant, levels: list[PrefixLevel], chain: list[str] | None = None
+) -> PrefixMatch:
+    """Count this request's prefixes and find what the tenant sent before: the deepest whole level, and
+    along the hash chain of the history (one hash per stored message, each over the one before) the longest
+    prefix some earlier prompt carried — the part a provider can serve from its cache. Three queries."""
     now = timezone.now()
-    known = set(
-        PrefixHint.objects.filter(
-            tenant=tenant, level__in=[lv.level for lv in levels], hash__in=[lv.hash for lv in levels]
-        ).values_list("level", "hash")
+    chain = chain or []
+    chain_levels = [PrefixHint.Level.B6, PrefixHint.Level.PROMPT]
+    rows = PrefixHint.objects.filter(tenant=tenant).filter(
+        Q(level__in=[lv.level for lv in levels], hash__in=[lv.hash for lv in levels])
+        | Q(level__in=chain_levels, hash__in=chain)
     )
+    known = set(rows.values_list("level", "hash"))
     hit = None
     for lv in levels:
-        if (lv.level, lv.hash) in known:
-            hit = lv.level
-        else:
+        if (lv.level, lv.hash) not in known:
             break  # a deeper level cannot match when a shallower one did not
+        hit = lv.level
+    seen_chain = {h for level, h in known if level in chain_levels}
+    chain_index = next((i for i in range(len(chain) - 1, -1, -1) if chain[i] in seen_chain), None)
+
     seen = [lv for lv in levels if (lv.level, lv.hash) in known]
-    new = [lv for lv in levels if (lv.level, lv.hash) not in known]
     if seen:
-        for lv in seen:
-            PrefixHint.objects.filter(tenant=tenant, level=lv.level, hash=lv.hash).update(
-                hits=F("hits") + 1, last_seen=now
-            )
+        PrefixHint.objects.filter(tenant=tenant, hash__in={lv.hash for lv in seen}).update(
+            hits=F("hits") + 1, last_seen=now
+        )
+    new = [lv for lv in levels if (lv.level, lv.hash) not in known]
     if new:
         # Two requests may race to create the same hint; the loser's row is simply not inserted.
         PrefixHint.objects.bulk_create(
@@ -60,7 +72,7 @@ def prefix_hints_record(*, tenant: Tenant, levels: list[PrefixLevel]) -> str | N
             ],
             ignore_conflicts=True,
         )
-    return hit
+    return PrefixMatch(level=hit, chain_index=chain_index)
 
 
 def cache_usage_open(

@@ -74,10 +74,12 @@ def test_hint_levels_hits_and_usage_rows_over_three_calls(owner, conversation, p
         "gemini": stable,
     }
     rows = hints(owner.tenant)
-    assert len(rows) == 4
-    assert {(level, h.hits, h.token_count) for (level, _), h in rows.items()} == {
+    assert len(rows) == 5  # the four levels and the whole prompt
+    assert {(level, h.hits, h.token_count) for (level, _), h in rows.items() if level != "prompt"} == {
         (level, 1, prefix["tokens"][level]) for level in LEVELS
     }
+    (whole,) = [h for (level, _), h in rows.items() if level == "prompt"]
+    assert whole.token_count == prefix["tokens"]["B1+B2a+B4+B6"] + first["tokens"]["user"]
     usage = CacheUsage.objects.get(pk=first["context_id"])
     assert (usage.tenant_id, usage.conversation_id) == (owner.tenant.id, conversation.id)
     assert (usage.provider, usage.model, usage.hint_level) == ("openai", "gpt-4o", "")
@@ -90,7 +92,7 @@ def test_hint_levels_hits_and_usage_rows_over_three_calls(owner, conversation, p
     assert second["prefix"]["hint_level"] == "B1+B2a+B4+B6"
     assert second["prefix"]["predicted_cached_tokens"] == openai_cacheable(stable) > 0
     rows = hints(owner.tenant)
-    assert len(rows) == 4
+    assert len(rows) == 5
     assert {h.hits for h in rows.values()} == {2}
     usage = CacheUsage.objects.get(pk=second["context_id"])
     assert (usage.hint_level, usage.predicted_cacheable_tokens) == ("B1+B2a+B4+B6", openai_cacheable(stable))
@@ -101,13 +103,18 @@ def test_hint_levels_hits_and_usage_rows_over_three_calls(owner, conversation, p
         {"role": "assistant", "content": "Open."},
     )
     third = context(owner, conversation, **question)
+    # The whole history level changed, but the earlier prompt is a prefix of this one up to its last
+    # history message: the hash chain finds it, and the prediction covers the old history too.
     assert third["prefix"]["hint_level"] == "B1+B2a+B4"
-    system_tokens = third["prefix"]["tokens"]["B1+B2a+B4"]
-    assert third["prefix"]["predicted_cached_tokens"] == openai_cacheable(system_tokens) > 0
+    # The previous prompt ended with the same question, now stored: the match runs through it too.
+    old = len(second["blocks"]["B6"]["items"])
+    assert third["prefix"]["cached_history_messages"] == old + 1
+    matched = stable + third["blocks"]["B6"]["items"][old]["tokens"]
+    assert third["prefix"]["predicted_cached_tokens"] == openai_cacheable(matched) > 0
     assert third["prefix"]["hashes"]["B1+B2a+B4"] == first["prefix"]["hashes"]["B1+B2a+B4"]
     assert third["prefix"]["hashes"]["B1+B2a+B4+B6"] != first["prefix"]["hashes"]["B1+B2a+B4+B6"]
     rows = hints(owner.tenant)
-    assert len(rows) == 5
+    assert len(rows) == 7  # four levels and the whole prompt, then a new history level and prompt
     assert rows[("B1", prefix["hashes"]["B1"])].hits == 3
     assert rows[("B1+B2a+B4+B6", third["prefix"]["hashes"]["B1+B2a+B4+B6"])].hits == 1
 
@@ -166,7 +173,7 @@ def test_hints_are_per_tenant(owner, outsider, conversation, outsider_conversati
     assert theirs["prefix"]["hashes"] == mine["prefix"]["hashes"]
     assert theirs["prefix"]["hint_level"] is None
     assert theirs["prefix"]["predicted_cached_tokens"] == 0
-    assert PrefixHint.objects.filter(tenant=outsider.tenant).count() == 4
+    assert PrefixHint.objects.filter(tenant=outsider.tenant).count() == 5
     assert {h.hits for h in PrefixHint.objects.filter(tenant=owner.tenant)} == {2}
 
 
