@@ -17,6 +17,7 @@ urlpatterns = [
     path("api/v1/", include("conversations.urls")),
     path("api/v1/", include("cold_storage.urls")),
     path("api/v1/", include("summaries.urls")),
+    path("api/v1/", include("memory.urls")),
     path("api/v1/", include("prefix_cache.urls")),
     path("api/v1/", include("context.urls")),
 ]

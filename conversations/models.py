@@ -53,7 +53,8 @@ class Turn(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["conversation", "index"]
+        # By the column, not the relation: ordering by "conversation" would join it and sort by its ordering.
+        ordering = ["conversation_id", "index"]
         constraints = [
             models.UniqueConstraint(fields=["conversation", "index"], name="turn_index_unique"),
             models.UniqueConstraint(
@@ -98,7 +99,7 @@ class Message(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        ordering = ["conversation", "seq"]
+        ordering = ["conversation_id", "seq"]
         constraints = [
             models.UniqueConstraint(fields=["conversation", "seq"], name="message_seq_unique"),
             models.UniqueConstraint(

@@ -8,9 +8,11 @@ from tenants.scoping import access_object
 
 
 def access_conversation(*, tenant: Tenant, conversation_id: object) -> Conversation:
-    return access_object(
-        Conversation.objects.select_related("end_user", "tenant"), pk=conversation_id, tenant=tenant
+    conversation = access_object(
+        Conversation.objects.select_related("end_user"), pk=conversation_id, tenant=tenant
     )
+    conversation.tenant = tenant  # the caller's object: no join, no second query
+    return conversation
 
 
 def access_message(*, conversation: Conversation, message_id: object) -> Message:

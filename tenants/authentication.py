@@ -4,11 +4,12 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions
 
 from tenants.models import ApiKey, Tenant
-from tenants.selectors import api_key_resolve
+from tenants.selectors import api_key_cache_key, api_key_resolve
 
 
 class ApiClient:
@@ -51,6 +52,9 @@ def api_key_touch(api_key: ApiKey) -> None:
         stale = stale.filter(last_used_at__lte=now - interval)
     stale.update(last_used_at=now)
     api_key.last_used_at = now
+    if settings.MNEMO_API_KEY_CACHE_SECONDS:
+        # The cached copy carries last_used_at too; refresh it or every request would try the update again.
+        cache.set(api_key_cache_key(api_key.prefix), api_key, settings.MNEMO_API_KEY_CACHE_SECONDS)
 
 
 def authenticate_raw_key(raw_key: str | None) -> ApiKey | None:

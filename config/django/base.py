@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "cold_storage",
     "conversations",
     "summaries",
+    "memory",
     "prefix_cache",
     "context",
 ]
@@ -163,7 +164,14 @@ CELERY_BEAT_SCHEDULE = {
         "task": "summaries.tasks.compaction_catch_up",
         "schedule": env_int("MNEMO_COMPACTION_CATCHUP_SECONDS", 600, minimum=10),
     },
+    "memory-state-fold": {
+        "task": "memory.tasks.state_fold_periodic",
+        "schedule": env_int("MNEMO_STATE_FOLD_SECONDS", 60, minimum=5),
+    },
 }
+# Task state: fold a conversation's events into its base once this many are pending or the oldest is this old.
+MNEMO_STATE_FOLD_MIN_EVENTS = env_int("MNEMO_STATE_FOLD_MIN_EVENTS", 50, minimum=1)
+MNEMO_STATE_FOLD_MIN_AGE_SECONDS = env_int("MNEMO_STATE_FOLD_MIN_AGE_SECONDS", 300, minimum=0)
 CELERY_TIMEZONE = "UTC"
 
 # --- Auth, i18n, static ----------------------------------------------------------------------------------
@@ -251,6 +259,8 @@ MNEMO_DEFAULT_TOKEN_BUDGET = env_int("MNEMO_DEFAULT_TOKEN_BUDGET", 32000, minimu
 MNEMO_PRICE_TABLE = env_json_object("MNEMO_PRICE_TABLE")
 # A key's last_used_at is written at most this often, so authentication stays a read on the hot path.
 MNEMO_API_KEY_TOUCH_SECONDS = env_int("MNEMO_API_KEY_TOUCH_SECONDS", 60, minimum=0)
+# A key (with its tenant) is cached this long; revoking or editing it drops the entry at once. 0 turns it off.
+MNEMO_API_KEY_CACHE_SECONDS = env_int("MNEMO_API_KEY_CACHE_SECONDS", 300, minimum=0)
 
 # Visual memory (cold_storage): image formats accepted (Pillow names); the pixel limit, checked from the
 # header before decoding (decompression bombs); bytes per image; the perceptual hash and the Hamming
@@ -292,6 +302,12 @@ LLM_RETRY_BACKOFF_SECONDS = env_int("LLM_RETRY_BACKOFF_MS", 1000, minimum=0) / 1
 # Tokens of background LLM work per tenant and calendar month (tenant setting llm_monthly_token_budget wins);
 # once spent, summaries are made offline until the month ends. 0 = no background LLM use.
 MNEMO_LLM_MONTHLY_TOKENS = env_int("MNEMO_LLM_MONTHLY_TOKENS", 2_000_000, minimum=0)
+
+# Embeddings for archival memory: auto = the OpenAI-compatible endpoint when MNEMO_EMBEDDINGS_OPENAI_MODEL is
+# set (with LLM_API_KEY/LLM_BASE_URL), else the local MiniLM when installed, else lexical only.
+MNEMO_EMBEDDINGS = env_str("MNEMO_EMBEDDINGS", "auto")
+MNEMO_EMBEDDINGS_OPENAI_MODEL = env_str("MNEMO_EMBEDDINGS_OPENAI_MODEL")
+MNEMO_EMBEDDINGS_MODEL_PATH = env_str("MNEMO_EMBEDDINGS_MODEL_PATH")
 # B6 (history since the last boundary) may grow to MNEMO_HISTORY_TOKEN_BUDGET (tenant: history_token_budget,
 # capped at 80 % of the model's window). A background compaction is queued at the BACKGROUND share, the
 # request path compacts synchronously at the TRIGGER share (or when the prompt would not fit); a compaction

@@ -59,6 +59,7 @@ def test_only_a_hash_is_stored(owner):
 
 def test_last_used_at_is_recorded_and_throttled(owner, settings):
     settings.MNEMO_API_KEY_TOUCH_SECONDS = 60
+    settings.MNEMO_API_KEY_CACHE_SECONDS = 0  # the test moves last_used_at in the database
     key = ApiKey.objects.get(tenant=owner.tenant)
     assert key.last_used_at is None
     owner.client.get(URL)
@@ -87,3 +88,24 @@ def test_unknown_api_path_answers_in_the_error_shape(owner, settings):
     response = owner.client.get("/api/v1/nothing-here")
     assert response.status_code == 404
     assert response.json() == {"error": {"code": "not_found", "message": "No such endpoint.", "extra": {}}}
+
+
+def test_a_cached_key_costs_no_query_and_any_change_to_it_takes_effect_at_once(
+    owner, django_assert_num_queries
+):
+    owner.client.get(URL)  # fills the cache (and records the use)
+    from tenants.selectors import api_key_resolve
+
+    with django_assert_num_queries(0):
+        assert api_key_resolve(raw_key=owner.raw_key) is not None
+    key = ApiKey.objects.get(tenant=owner.tenant)
+    key.revoked_at = timezone.now()
+    key.save()  # as the admin's change form does
+    assert owner.client.get(URL).status_code == 401
+
+
+def test_tenant_changes_reach_cached_keys(owner):
+    owner.client.get(URL)
+    owner.tenant.settings = {"default_model": "gpt-4.1"}
+    owner.tenant.save()
+    assert owner.client.post(URL, {}, format="json").json()["model"] == "gpt-4.1"

@@ -1,0 +1,24 @@
+"""Cache invalidation: a cached API key (with its tenant) is dropped when the key or its tenant changes."""
+
+from typing import Any
+
+from django.core.cache import cache
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
+
+from tenants.models import ApiKey, Tenant
+from tenants.selectors import api_key_cache_key
+
+
+def api_keys_uncache(prefixes: list[str]) -> None:
+    cache.delete_many([api_key_cache_key(p) for p in prefixes])
+
+
+@receiver([post_save, post_delete], sender=ApiKey)
+def _api_key_changed(sender: Any, instance: ApiKey, **kwargs: Any) -> None:
+    api_keys_uncache([instance.prefix])
+
+
+@receiver([post_save, post_delete], sender=Tenant)
+def _tenant_changed(sender: Any, instance: Tenant, **kwargs: Any) -> None:
+    api_keys_uncache(list(ApiKey.objects.filter(tenant_id=instance.pk).values_list("prefix", flat=True)))
