@@ -44,7 +44,6 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
-    "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
@@ -62,7 +61,6 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -190,7 +188,6 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
-WHITENOISE_USE_FINDERS = DEBUG
 MEDIA_ROOT = VAR_DIR / "blobs"
 
 
@@ -306,6 +303,8 @@ MNEMO_LLM_MONTHLY_TOKENS = env_int("MNEMO_LLM_MONTHLY_TOKENS", 2_000_000, minimu
 # Embeddings for archival memory: auto = the OpenAI-compatible endpoint when MNEMO_EMBEDDINGS_OPENAI_MODEL is
 # set (with LLM_API_KEY/LLM_BASE_URL), else the local MiniLM when installed, else lexical only.
 MNEMO_EMBEDDINGS = env_str("MNEMO_EMBEDDINGS", "auto")
+if MNEMO_EMBEDDINGS not in ("auto", "local", "openai", "none"):
+    raise ImproperlyConfigured("MNEMO_EMBEDDINGS must be auto, local, openai or none.")
 MNEMO_EMBEDDINGS_OPENAI_MODEL = env_str("MNEMO_EMBEDDINGS_OPENAI_MODEL")
 MNEMO_EMBEDDINGS_MODEL_PATH = env_str("MNEMO_EMBEDDINGS_MODEL_PATH")
 # B6 (history since the last boundary) may grow to MNEMO_HISTORY_TOKEN_BUDGET (tenant: history_token_budget,

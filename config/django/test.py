@@ -8,5 +8,4 @@ from config.django.base import *  # noqa: F403
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
 MEDIA_ROOT = Path(tempfile.mkdtemp(prefix="mnemo-test-blobs-"))
-WHITENOISE_AUTOREFRESH = True
 LOGGING["root"]["level"] = "WARNING"  # noqa: F405
