@@ -6,7 +6,8 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: run install migrate demo serve test test-services lint format bench-append clean
+.PHONY: run install migrate demo serve test test-services lint format bench clean \
+	bench-append bench-prefix-cache bench-context-latency bench-compaction bench-visual
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,8 +44,21 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# One command each; every benchmark prints its figures with a baseline measured in the same run.
 bench-append: install
 	$(BIN)/python bench/append.py
+
+bench-prefix-cache: install
+	$(BIN)/python bench/prefix_cache.py
+
+bench-context-latency: install
+	$(BIN)/python bench/context_latency.py
+
+bench-compaction: install
+	$(BIN)/python bench/compaction.py
+
+bench-visual: install
+	$(BIN)/python bench/visual.py
 
 clean:
 	rm -rf $(VENV) var
