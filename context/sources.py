@@ -13,10 +13,15 @@ from django.db import transaction
 
 from context.models import ConversationContext
 from conversations.models import Conversation
-from memory.selectors import core_memory_at, core_memory_blocks_current, label_order
+from memory.agent import memory_agent_request
+from memory.archival import archival_search
+from memory.recall import recall_messages
+from memory.rewrite import query_rewrite
+from memory.selectors import archival_exists, core_memory_at, core_memory_blocks_current, label_order
 from memory.services import core_memory_snapshot_get
+from memory.state import SESSION_PROFILE_KEY, state_overlay
 from prefix_cache.accounting import count_cached
-from prefix_cache.rendering import Item
+from prefix_cache.rendering import Item, canonical_json
 from summaries.conf import compaction_config
 from summaries.locks import LockBusy
 from summaries.selectors import history_start_seq, segment_prompt_text, segment_source, segments_live
@@ -72,6 +77,9 @@ def load_core_memory(state: Any) -> None:
     conversation = state.conversation
     if conversation.end_user_id is None:
         return
+    if state.request.record:
+        # The memory agent reads the exchanges completed since its last run, after this request commits.
+        memory_agent_request(conversation=conversation)
     snapshot = core_memory_snapshot_get(conversation=conversation, boundary_seq=boundary_seq(conversation))
     folded = core_memory_at(end_user_id=conversation.end_user_id, versions=snapshot.versions)
     items = []
@@ -96,6 +104,90 @@ def load_core_memory(state: Any) -> None:
 
 
 BLOCK_SOURCES["B2a"] = load_core_memory
+
+
+# --- B3 task state and B2b session profile (the overlay: base + the newer events, in order) ---------------
+
+
+def load_task_state(state: Any) -> None:
+    overlay = state_overlay(conversation=state.conversation)
+    state.task_state = overlay.state  # for query rewriting in the B5 source
+    task = {k: v for k, v in overlay.state.items() if k != SESSION_PROFILE_KEY}
+    profile = overlay.state.get(SESSION_PROFILE_KEY)
+    if task:
+        text = canonical_json(task)
+        source = {"kind": "task_state", "epoch": overlay.epoch, "events": len(overlay.pending)}
+        state.layout.b3 = Item(text=text, tokens=count_cached(text, model=state.model), source=source)
+    if profile:
+        if isinstance(profile, dict):
+            text = "\n".join(
+                f"{key}: {value if isinstance(value, str) else canonical_json(value)}"
+                for key, value in sorted(profile.items())
+            )
+        else:
+            text = canonical_json(profile)
+        source = {"kind": "session_profile", "epoch": overlay.epoch}
+        state.layout.b2b = Item(text=text, tokens=count_cached(text, model=state.model), source=source)
+
+
+BLOCK_SOURCES["B3"] = load_task_state
+
+
+# --- B5: retrieval (archival memories and recall of messages before the boundary) ---------------------------
+
+RECALL_TEXT_CHARS = 600
+
+
+def load_retrieval(state: Any) -> None:
+    """Hybrid search of the end user's archival memories and BM25 recall over this conversation's messages
+    before the last boundary (with their seq), scored with RRF so the budget stage can trim the weakest."""
+    options = state.request.retrieval or {}
+    query = state.layout.user_message
+    if not options.get("enabled", True) or not query.strip():
+        return
+    top_k = int(options.get("top_k") or 8)
+    conversation = state.conversation
+    # For retrieval only: the prompt keeps the user's own words.
+    rewrite = query_rewrite(
+        conversation=conversation,
+        query=query,
+        task_state=getattr(state, "task_state", None),
+    )
+    query = rewrite.query
+    items = []
+    if conversation.end_user_id is not None and archival_exists(end_user_id=conversation.end_user_id):
+        outcome = archival_search(end_user=conversation.end_user, query=query, limit=min(top_k, 5))
+        for degradation in outcome.degradations:
+            state.degrade("retrieve", degradation["code"], degradation["message"])
+        for hit in outcome.hits:
+            memory = hit.memory
+            text = f"[memory, {memory.kind}] {memory.content}"
+            source = {"kind": "archival", "id": str(memory.id), "score": hit.score, "query": rewrite.method}
+            items.append(
+                Item(text=text, tokens=count_cached(text, model=state.model), source=source, score=hit.score)
+            )
+    recalled = recall_messages(
+        conversation=conversation, query=query, before_seq=boundary_seq(conversation), limit=min(top_k, 3)
+    )
+    for hit in recalled:
+        content = (
+            hit.content if len(hit.content) <= RECALL_TEXT_CHARS else hit.content[:RECALL_TEXT_CHARS] + "…"
+        )
+        text = f"[message #{hit.seq}, {hit.role}] {content}"
+        source = {
+            "kind": "message",
+            "id": hit.id,
+            "seq": hit.seq,
+            "score": hit.score,
+            "query": rewrite.method,
+        }
+        items.append(
+            Item(text=text, tokens=count_cached(text, model=state.model), source=source, score=hit.score)
+        )
+    state.layout.b5 = [*state.layout.b5, *items]
+
+
+BLOCK_SOURCES["B5"] = load_retrieval
 
 
 def compaction_check(state: Any, totals: dict[str, int]) -> bool:

@@ -1,0 +1,371 @@
+"""REST endpoints of memory: core memory blocks (If-Match versions), the memory-operation log, task state
+and its events, archival memories, and the end user's data (export, delete)."""
+
+import re
+from typing import Any
+
+from django.db import transaction
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from conversations.selectors import access_conversation
+from memory import archival, enduser, selectors, services, state
+from memory.models import Actor, ArchivalMemory, StateEvent
+from tenants.api import StrictSerializer, error_responses, validated
+from tenants.errors import ApplicationError
+from tenants.scoping import access_end_user, access_object
+from tenants.services import end_user_get_or_create
+
+LABEL_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+PRECONDITION_RESPONSES = {
+    412: OpenApiResponse(description="version_mismatch: the block changed since the If-Match version"),
+    422: OpenApiResponse(description="over_char_limit"),
+    428: OpenApiResponse(description="if_match_required: the block exists and no If-Match was sent"),
+}
+IF_MATCH = OpenApiParameter(
+    "If-Match", str, OpenApiParameter.HEADER, required=False, description='The version read, e.g. "3"'
+)
+
+
+def _label(label: str) -> str:
+    if not LABEL_RE.match(label):
+        raise ApplicationError(
+            "A label is lower-case letters, digits, '_' or '-', starting with a letter (at most 64).",
+            code="invalid_label",
+        )
+    return label
+
+
+def if_match_version(request: Any) -> int | None:
+    """The version named by If-Match ("3", W/"3" or 3); None when absent or '*'."""
+    raw = request.headers.get("If-Match")
+    if raw is None or raw.strip() == "*":
+        return None
+    value = raw.strip().removeprefix("W/").strip('"')
+    if not value.isdigit():
+        raise ApplicationError('If-Match must name a block version, e.g. "3".', code="invalid_if_match")
+    return int(value)
+
+
+def _block_response(block: Any, *, status_code: int = 200) -> Response:
+    response = Response(selectors.core_memory_block_data(block), status=status_code)
+    response["ETag"] = f'"{block.version}"'
+    return response
+
+
+class CoreMemoryBlockListApi(APIView):
+    @extend_schema(
+        responses={200: dict, **error_responses()},
+        description="The end user's core memory "
+        "blocks in render order (persona, preferences, profile, then custom labels).",
+    )
+    def get(self, request: Any, external_id: str) -> Response:
+        end_user = access_end_user(tenant=request.auth.tenant, external_id=external_id)
+        blocks = selectors.core_memory_blocks(end_user=end_user)
+        return Response({"blocks": [selectors.core_memory_block_data(b) for b in blocks]})
+
+
+class CoreMemoryBlockDetailApi(APIView):
+    class PutSerializer(StrictSerializer):
+        value = serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=100_000)
+        char_limit = serializers.IntegerField(required=False, min_value=1, max_value=100_000)
+        reason = serializers.CharField(required=False, allow_blank=True, max_length=1000, default="")
+
+    class PatchSerializer(StrictSerializer):
+        value = serializers.CharField(
+            required=False, allow_blank=True, trim_whitespace=False, max_length=100_000
+        )
+        append = serializers.CharField(required=False, trim_whitespace=False, max_length=100_000)
+        char_limit = serializers.IntegerField(required=False, min_value=1, max_value=100_000)
+        reason = serializers.CharField(required=False, allow_blank=True, max_length=1000, default="")
+
+    @extend_schema(responses={200: dict, **error_responses()})
+    def get(self, request: Any, external_id: str, label: str) -> Response:
+        end_user = access_end_user(tenant=request.auth.tenant, external_id=external_id)
+        block = end_user.memory_blocks.filter(label=label).first()
+        if block is None:
+            raise ApplicationError(f"No core memory block {label!r}.", code="not_found", status_code=404)
+        return _block_response(block)
+
+    @extend_schema(
+        request=PutSerializer,
+        parameters=[IF_MATCH],
+        responses={200: dict, 201: dict, **error_responses(PRECONDITION_RESPONSES)},
+        description="Create or replace a block. Replacing an existing block needs If-Match with its version.",
+    )
+    def put(self, request: Any, external_id: str, label: str) -> Response:
+        _label(label)
+        expected = if_match_version(request)
+        data = validated(self.PutSerializer, request.data)
+        with transaction.atomic():
+            end_user = end_user_get_or_create(tenant=request.auth.tenant, external_id=external_id)
+            block, created = services.core_memory_write(
+                end_user=end_user,
+                label=label,
+                value=data["value"],
+                char_limit=data.get("char_limit"),
+                expected_version=expected,
+                actor=Actor.API,
+                actor_name=f"api_key:{request.auth.name}",
+                trigger=data["reason"],
+            )
+        return _block_response(block, status_code=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    @extend_schema(
+        request=PatchSerializer,
+        parameters=[IF_MATCH],
+        responses={200: dict, **error_responses(PRECONDITION_RESPONSES)},
+        description="Change a block: `value` replaces, `append` adds a line, `char_limit` resizes. "
+        "Needs If-Match.",
+    )
+    def patch(self, request: Any, external_id: str, label: str) -> Response:
+        expected = if_match_version(request)
+        data = validated(self.PatchSerializer, request.data)
+        if not {"value", "append", "char_limit"} & set(data):
+            raise ApplicationError("Send value, append or char_limit.", code="nothing_to_change")
+        end_user = access_end_user(tenant=request.auth.tenant, external_id=external_id)
+        block, _ = services.core_memory_write(
+            end_user=end_user,
+            label=label,
+            value=data.get("value"),
+            append=data.get("append"),
+            char_limit=data.get("char_limit"),
+            expected_version=expected,
+            create=False,
+            actor=Actor.API,
+            actor_name=f"api_key:{request.auth.name}",
+            trigger=data["reason"],
+        )
+        return _block_response(block)
+
+
+class MemoryOperationListApi(APIView):
+    class FilterSerializer(StrictSerializer):
+        limit = serializers.IntegerField(required=False, min_value=1, max_value=500, default=100)
+        target = serializers.CharField(required=False, max_length=200)
+
+    @extend_schema(
+        parameters=[FilterSerializer],
+        responses={200: dict, **error_responses()},
+        description="Every change to the end user's memory, newest first: old and new value, who and why.",
+    )
+    def get(self, request: Any, external_id: str) -> Response:
+        end_user = access_end_user(tenant=request.auth.tenant, external_id=external_id)
+        params = validated(self.FilterSerializer, request.query_params.dict())
+        qs = selectors.memory_operations(end_user=end_user)
+        if params.get("target"):
+            qs = qs.filter(target=params["target"])
+        return Response({"operations": [selectors.memory_operation_data(op) for op in qs[: params["limit"]]]})
+
+
+# --- task state (B3) and session profile (B2b) ------------------------------------------------------------
+
+
+def _state_data(overlay: Any) -> dict[str, Any]:
+    return {
+        "epoch": overlay.epoch,
+        "state": overlay.state,
+        "base": overlay.base,
+        "pending_events": [_event_data(e) for e in overlay.pending],
+    }
+
+
+def _event_data(event: Any) -> dict[str, Any]:
+    return {
+        "id": event.pk,
+        "epoch": event.epoch,
+        "event_type": event.event_type,
+        "payload": event.payload,
+        "request_id": event.request_id,
+        "created_at": event.created_at,
+    }
+
+
+class TaskStateApi(APIView):
+    @extend_schema(
+        responses={200: dict, **error_responses()},
+        description="The task state as the model sees it: the base of its epoch with the newer events "
+        "applied in order (the overlay). `session_profile` is the session profile (B2b).",
+    )
+    def get(self, request: Any, conversation_id: str) -> Response:
+        conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
+        return Response(_state_data(state.state_overlay(conversation=conversation)))
+
+
+class StateEventCreateApi(APIView):
+    class InputSerializer(StrictSerializer):
+        expected_epoch = serializers.IntegerField(min_value=0)
+        request_id = serializers.CharField(max_length=200)
+        event_type = serializers.ChoiceField(choices=StateEvent.Type.values)
+        payload = serializers.DictField(required=False, default=dict)
+
+    @extend_schema(
+        request=InputSerializer,
+        responses={
+            200: dict,
+            201: dict,
+            **error_responses({409: OpenApiResponse(description="epoch_moved: read the state again")}),
+        },
+        description="Append a task-state event at the epoch you read: `set` {path, value}, `merge` {path?, "
+        "value: object}, `delete` {path}, `append` {path, value}. Paths are dot-separated keys. Durable on "
+        "write; a repeated request_id returns the original event (200).",
+    )
+    def post(self, request: Any, conversation_id: str) -> Response:
+        conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
+        data = validated(self.InputSerializer, request.data)
+        event, created = state.state_event_append(conversation=conversation, **data)
+        body = {"event": _event_data(event), **_state_data(state.state_overlay(conversation=conversation))}
+        return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class StateFoldApi(APIView):
+    @extend_schema(
+        request=None,
+        responses={200: dict, **error_responses()},
+        description="Fold the pending events into the base now (the epoch moves when any were pending).",
+    )
+    def post(self, request: Any, conversation_id: str) -> Response:
+        conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
+        folded = state.state_fold(conversation=conversation)
+        return Response({"folded": folded, **_state_data(state.state_overlay(conversation=conversation))})
+
+
+# --- archival memory --------------------------------------------------------------------------------------
+
+
+class ArchivalMemoryListCreateApi(APIView):
+    class InputSerializer(StrictSerializer):
+        content = serializers.CharField(max_length=20_000)
+        kind = serializers.ChoiceField(choices=ArchivalMemory.Kind.values, default=ArchivalMemory.Kind.FACT)
+        importance = serializers.FloatField(min_value=0, max_value=1, default=0.5)
+        subject = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
+        conversation_id = serializers.UUIDField(required=False)
+        source_message_ids = serializers.ListField(
+            child=serializers.CharField(max_length=64), required=False, max_length=200, default=list
+        )
+        reason = serializers.CharField(required=False, allow_blank=True, max_length=1000, default="")
+
+    class FilterSerializer(StrictSerializer):
+        include_invalidated = serializers.BooleanField(required=False, default=False)
+        limit = serializers.IntegerField(required=False, min_value=1, max_value=500, default=100)
+
+    @extend_schema(parameters=[FilterSerializer], responses={200: dict, **error_responses()})
+    def get(self, request: Any, external_id: str) -> Response:
+        end_user = access_end_user(tenant=request.auth.tenant, external_id=external_id)
+        params = validated(self.FilterSerializer, request.query_params.dict())
+        qs = ArchivalMemory.objects.filter(end_user=end_user)
+        if not params["include_invalidated"]:
+            qs = qs.filter(invalidated_at__isnull=True)
+        return Response({"memories": [archival.memory_data(m) for m in qs[: params["limit"]]]})
+
+    @extend_schema(
+        request=InputSerializer,
+        responses={200: dict, 201: dict, **error_responses()},
+        description="Store a fact or episode. A near-duplicate of a live memory is merged into it (200, "
+        "action=merged); a fact about the same subject ('my X is …', or `subject`) invalidates the older one "
+        "(kept, marked, excluded from search).",
+    )
+    def post(self, request: Any, external_id: str) -> Response:
+        data = validated(self.InputSerializer, request.data)
+        tenant = request.auth.tenant
+        conversation = None
+        if data.get("conversation_id"):
+            conversation = access_conversation(tenant=tenant, conversation_id=data["conversation_id"])
+        with transaction.atomic():
+            end_user = end_user_get_or_create(tenant=tenant, external_id=external_id)
+            outcome = archival.archival_insert(
+                end_user=end_user,
+                content=data["content"],
+                kind=data["kind"],
+                importance=data["importance"],
+                subject=data["subject"],
+                conversation=conversation,
+                source_message_ids=data["source_message_ids"],
+                actor=Actor.API,
+                actor_name=f"api_key:{request.auth.name}",
+                trigger=data["reason"],
+            )
+        body = {
+            "action": outcome.action,
+            "memory": archival.memory_data(outcome.memory),
+            "invalidated": [str(m.id) for m in outcome.invalidated],
+            "degradations": outcome.degradations,
+        }
+        return Response(body, status=status.HTTP_201_CREATED if outcome.action == "inserted" else 200)
+
+
+class ArchivalMemorySearchApi(APIView):
+    class FilterSerializer(StrictSerializer):
+        q = serializers.CharField(max_length=2000)
+        limit = serializers.IntegerField(required=False, min_value=1, max_value=100, default=10)
+
+    @extend_schema(
+        parameters=[FilterSerializer],
+        responses={200: dict, **error_responses()},
+        description="Hybrid search over live memories: BM25 and exact vector rankings fused with reciprocal "
+        "rank fusion (k = 60). Without embeddings it is lexical only, reported in `degradations`.",
+    )
+    def get(self, request: Any, external_id: str) -> Response:
+        end_user = access_end_user(tenant=request.auth.tenant, external_id=external_id)
+        params = validated(self.FilterSerializer, request.query_params.dict())
+        outcome = archival.archival_search(end_user=end_user, query=params["q"], limit=params["limit"])
+        return Response(
+            {
+                "mode": outcome.mode,
+                "results": [
+                    {
+                        "memory": archival.memory_data(hit.memory),
+                        "score": hit.score,
+                        "lexical_rank": hit.lexical_rank,
+                        "vector_rank": hit.vector_rank,
+                    }
+                    for hit in outcome.hits
+                ],
+                "degradations": outcome.degradations,
+            }
+        )
+
+
+class ArchivalMemoryDetailApi(APIView):
+    @extend_schema(responses={200: dict, **error_responses()})
+    def get(self, request: Any, external_id: str, memory_id: str) -> Response:
+        end_user = access_end_user(tenant=request.auth.tenant, external_id=external_id)
+        memory = access_object(ArchivalMemory.objects.all(), pk=memory_id, end_user=end_user)
+        return Response(archival.memory_data(memory))
+
+    @extend_schema(responses={204: None, **error_responses()}, description="Delete a memory (logged).")
+    def delete(self, request: Any, external_id: str, memory_id: str) -> Response:
+        end_user = access_end_user(tenant=request.auth.tenant, external_id=external_id)
+        memory = access_object(ArchivalMemory.objects.all(), pk=memory_id, end_user=end_user)
+        archival.archival_delete(memory=memory, actor=Actor.API, actor_name=f"api_key:{request.auth.name}")
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- the end user's data ----------------------------------------------------------------------------------
+
+
+class EndUserExportApi(APIView):
+    @extend_schema(
+        responses={200: dict, **error_responses()},
+        description="Everything Mnemo holds about the end user: core memory with its history, archival "
+        "memories (invalidated ones too), the memory-operation log, and their conversations with messages "
+        "and "
+        "task state.",
+    )
+    def get(self, request: Any, external_id: str) -> Response:
+        end_user = access_end_user(tenant=request.auth.tenant, external_id=external_id)
+        response = Response(enduser.end_user_export(end_user=end_user))
+        response["Content-Disposition"] = 'attachment; filename="export.json"'
+        return response
+
+
+class EndUserDetailApi(APIView):
+    @extend_schema(
+        responses={200: dict, **error_responses()},
+        description="Delete the end user and all their data: memory, conversations, transcripts and images.",
+    )
+    def delete(self, request: Any, external_id: str) -> Response:
+        end_user = access_end_user(tenant=request.auth.tenant, external_id=external_id)
+        return Response({"deleted": enduser.end_user_delete(end_user=end_user)})

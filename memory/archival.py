@@ -1,0 +1,347 @@
+"""Archival memory: facts and episodes of an end user with embeddings. Insert merges near-duplicates instead
+of piling them up; a fact about the same subject as an older one invalidates it (kept, marked, left out of
+search); search fuses lexical (BM25) and exact vector (numpy) rankings with RRF (k = 60)."""
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from django.db import transaction
+from django.utils import timezone
+
+from conversations.models import Conversation
+from memory.lexical import bm25_rank, jaccard, rrf
+from memory.models import Actor, ArchivalMemory, MemoryOperation
+from memory.services import operation_log
+from providers.embeddings import embed, from_bytes, to_bytes
+from tenants.errors import ApplicationError
+from tenants.models import EndUser
+
+NEAR_DUPLICATE_COSINE = 0.92
+NEAR_DUPLICATE_JACCARD = 0.85
+# Search reads at most this many of the user's memories (newest first): exact search, no index to drift.
+SEARCH_SCAN_LIMIT = 20_000
+# "my favourite colour is green", "the user's timezone is CET": the subject stands before the verb.
+_SUBJECT = re.compile(
+    r"^\s*(?:my|our|the user'?s|user'?s|his|her|their)\s+"
+    r"(?P<subject>[\w\s'-]{2,60}?)\s+(?:is|are|was|=|:)\s+",
+    re.I,
+)
+
+
+def subject_key(content: str, explicit: str = "") -> str:
+    """The subject a fact is about: given explicitly, or read from 'my X is …' (else none)."""
+    raw = explicit or ((m := _SUBJECT.match(content)) and m.group("subject")) or ""
+    return re.sub(r"\s+", "_", raw.strip().lower())[:200]
+
+
+def memory_data(memory: ArchivalMemory) -> dict[str, Any]:
+    return {
+        "id": str(memory.id),
+        "content": memory.content,
+        "kind": memory.kind,
+        "subject": memory.subject,
+        "importance": memory.importance,
+        "mentions": memory.mentions,
+        "conversation_id": str(memory.conversation_id) if memory.conversation_id else None,
+        "source_message_ids": memory.source_message_ids,
+        "embedding_model": memory.embedding_model or None,
+        "created_at": memory.created_at,
+        "updated_at": memory.updated_at,
+        "invalidated_at": memory.invalidated_at,
+        "invalidated_by": str(memory.invalidated_by_id) if memory.invalidated_by_id else None,
+    }
+
+
+@dataclass
+class InsertOutcome:
+    memory: ArchivalMemory
+    action: str  # inserted | merged
+    invalidated: list[ArchivalMemory] = field(default_factory=list)
+    degradations: list[dict[str, str]] = field(default_factory=list)
+
+
+def _live(end_user: EndUser) -> Any:
+    return ArchivalMemory.objects.filter(end_user=end_user, invalidated_at__isnull=True)
+
+
+@transaction.atomic
+def archival_insert(
+    *,
+    end_user: EndUser,
+    content: str,
+    kind: str = ArchivalMemory.Kind.FACT,
+    importance: float = 0.5,
+    subject: str = "",
+    conversation: Conversation | None = None,
+    source_message_ids: list[str] | None = None,
+    actor: str = Actor.API,
+    actor_name: str = "",
+    trigger: str = "",
+) -> InsertOutcome:
+    content = content.strip()
+    if not content:
+        raise ApplicationError("An archival memory needs content.", code="empty_content")
+    vectors, model = embed([content])
+    degradations = []
+    vector = None
+    if vectors is None:
+        degradations.append(
+            {"code": "embeddings_unavailable", "message": f"Stored without a vector: {model}"}
+        )
+    else:
+        vector = vectors[0]
+    subject = subject_key(content, subject)
+    # Lock the user's row: concurrent inserts of the same fact merge instead of both inserting.
+    EndUser.objects.select_for_update().filter(pk=end_user.pk).first()
+
+    duplicate = _near_duplicate(end_user, content, vector, model)
+    if duplicate is not None:
+        old = duplicate.content
+        duplicate.mentions += 1
+        duplicate.importance = max(duplicate.importance, importance)
+        duplicate.source_message_ids = sorted({*duplicate.source_message_ids, *(source_message_ids or [])})
+        duplicate.updated_at = timezone.now()
+        duplicate.save(update_fields=["mentions", "importance", "source_message_ids", "updated_at"])
+        operation_log(
+            end_user=end_user,
+            op=MemoryOperation.Op.ARCHIVAL_MERGE,
+            target=f"archival:{duplicate.id}",
+            old_value=old,
+            new_value=content,
+            trigger=trigger or "near-duplicate of an existing memory",
+            actor=actor,
+            actor_name=actor_name,
+            conversation=conversation,
+        )
+        return InsertOutcome(duplicate, "merged", degradations=degradations)
+
+    memory = ArchivalMemory.objects.create(
+        tenant_id=end_user.tenant_id,
+        end_user=end_user,
+        conversation=conversation,
+        content=content,
+        kind=kind,
+        subject=subject,
+        importance=importance,
+        embedding=to_bytes(vector) if vector is not None else None,
+        embedding_model=model if vector is not None else "",
+        source_message_ids=source_message_ids or [],
+    )
+    operation_log(
+        end_user=end_user,
+        op=MemoryOperation.Op.ARCHIVAL_INSERT,
+        target=f"archival:{memory.id}",
+        new_value=content,
+        trigger=trigger,
+        actor=actor,
+        actor_name=actor_name,
+        conversation=conversation,
+    )
+    invalidated = []
+    if subject:
+        for older in _live(end_user).filter(subject=subject).exclude(pk=memory.pk):
+            older.invalidated_at = timezone.now()
+            older.invalidated_by = memory
+            older.save(update_fields=["invalidated_at", "invalidated_by"])
+            operation_log(
+                end_user=end_user,
+                op=MemoryOperation.Op.ARCHIVAL_INVALIDATE,
+                target=f"archival:{older.id}",
+                old_value=older.content,
+                new_value=content,
+                trigger=f"contradicted by a newer fact about {subject!r}",
+                actor=actor,
+                actor_name=actor_name,
+                conversation=conversation,
+            )
+            invalidated.append(older)
+    return InsertOutcome(memory, "inserted", invalidated, degradations)
+
+
+def _near_duplicate(end_user: EndUser, content: str, vector: Any, model: str) -> ArchivalMemory | None:
+    candidates = list(_live(end_user).order_by("-created_at")[:SEARCH_SCAN_LIMIT])
+    normalised = " ".join(content.lower().split())
+    for candidate in candidates:
+        if " ".join(candidate.content.lower().split()) == normalised:
+            return candidate
+    if vector is not None:
+        with_vectors = [c for c in candidates if c.embedding is not None and c.embedding_model == model]
+        if with_vectors:
+            matrix = np.stack([from_bytes(c.embedding) for c in with_vectors])
+            sims = matrix @ vector
+            best = int(np.argmax(sims))
+            if sims[best] >= NEAR_DUPLICATE_COSINE and _same_particulars(with_vectors[best].content, content):
+                return with_vectors[best]
+    for candidate in candidates:
+        if jaccard(candidate.content, content) >= NEAR_DUPLICATE_JACCARD:
+            return candidate
+    return None
+
+
+_PARTICULAR = re.compile(r"[\w./-]*\d[\w./-]*|(?<!^)(?<![.!?]\s)\b[A-Z][\w-]+")
+
+
+def _same_particulars(a: str, b: str) -> bool:
+    """Two sentences a vector finds alike are the same fact only when their numbers, identifiers and names
+    agree ("the key for billing is KX-1" and "… for search is JK-2" embed close but are two facts)."""
+    return {m.lower() for m in _PARTICULAR.findall(a)} == {m.lower() for m in _PARTICULAR.findall(b)}
+
+
+@transaction.atomic
+def archival_delete(
+    *, memory: ArchivalMemory, actor: str = Actor.API, actor_name: str = "", trigger: str = ""
+) -> None:
+    operation_log(
+        end_user=memory.end_user,
+        op=MemoryOperation.Op.ARCHIVAL_DELETE,
+        target=f"archival:{memory.id}",
+        old_value=memory.content,
+        trigger=trigger,
+        actor=actor,
+        actor_name=actor_name,
+    )
+    memory.delete()
+
+
+@dataclass
+class SearchHit:
+    memory: ArchivalMemory
+    score: float
+    lexical_rank: int | None
+    vector_rank: int | None
+
+
+@dataclass
+class SearchOutcome:
+    hits: list[SearchHit]
+    mode: str  # hybrid | lexical
+    degradations: list[dict[str, str]] = field(default_factory=list)
+
+
+def archival_search(*, end_user: EndUser, query: str, limit: int = 10, candidates: int = 50) -> SearchOutcome:
+    """Hybrid search over the user's live memories: BM25 and exact cosine rankings fused with RRF."""
+    memories = list(_live(end_user).order_by("-created_at")[:SEARCH_SCAN_LIMIT])
+    if not memories or not query.strip():
+        return SearchOutcome([], "lexical")
+    lexical = [i for i, _ in bm25_rank(query, [m.content for m in memories])[:candidates]]
+    vector_ranking: list[int] = []
+    degradations = []
+    vectors, model = embed([query])
+    if vectors is None:
+        degradations.append({"code": "embeddings_unavailable", "message": f"Lexical search only: {model}"})
+    else:
+        indexed = [
+            i for i, m in enumerate(memories) if m.embedding is not None and m.embedding_model == model
+        ]
+        if indexed:
+            matrix = np.stack([from_bytes(memories[i].embedding) for i in indexed])
+            sims = matrix @ vectors[0]
+            order = np.argsort(-sims, kind="stable")[:candidates]
+            vector_ranking = [indexed[j] for j in order]
+    fused = rrf(lexical, vector_ranking)
+    lexical_pos = {i: r for r, i in enumerate(lexical, start=1)}
+    vector_pos = {i: r for r, i in enumerate(vector_ranking, start=1)}
+    best = sorted(fused, key=lambda i: (-fused[i], i))[:limit]
+    hits = [SearchHit(memories[i], round(fused[i], 6), lexical_pos.get(i), vector_pos.get(i)) for i in best]
+    return SearchOutcome(hits, "hybrid" if vectors is not None else "lexical", degradations)
+
+
+@transaction.atomic
+def archival_revert(
+    *, operation: MemoryOperation, actor: str, actor_name: str = "", trigger: str = ""
+) -> Any:
+    """Undo an archival operation: an insert is invalidated (kept, marked), an invalidation lifted, a delete
+    re-inserted. A merge is not undone (the merged facts were the same)."""
+    memory_id = operation.target.partition(":")[2]
+    memory = ArchivalMemory.objects.filter(end_user=operation.end_user, pk=memory_id).first()
+    end_user = operation.end_user
+    if (
+        operation.op == MemoryOperation.Op.ARCHIVAL_INSERT
+        and memory is not None
+        and memory.invalidated_at is None
+    ):
+        memory.invalidated_at = timezone.now()
+        memory.save(update_fields=["invalidated_at"])
+        return operation_log(
+            end_user=end_user,
+            op=MemoryOperation.Op.ARCHIVAL_REVERT,
+            target=operation.target,
+            old_value=memory.content,
+            trigger=trigger,
+            actor=actor,
+            actor_name=actor_name,
+        )
+    if operation.op == MemoryOperation.Op.ARCHIVAL_INVALIDATE and memory is not None:
+        memory.invalidated_at = None
+        memory.invalidated_by = None
+        memory.save(update_fields=["invalidated_at", "invalidated_by"])
+        return operation_log(
+            end_user=end_user,
+            op=MemoryOperation.Op.ARCHIVAL_REVERT,
+            target=operation.target,
+            new_value=memory.content,
+            trigger=trigger,
+            actor=actor,
+            actor_name=actor_name,
+        )
+    if operation.op == MemoryOperation.Op.ARCHIVAL_DELETE and memory is None:
+        outcome = archival_insert(
+            end_user=end_user,
+            content=operation.old_value,
+            actor=actor,
+            actor_name=actor_name,
+            trigger=trigger,
+        )
+        return MemoryOperation.objects.filter(target=f"archival:{outcome.memory.id}").first()
+    raise ApplicationError(
+        "This operation cannot be reverted (or its target changed).", code="target_changed", status_code=409
+    )
+
+
+@transaction.atomic
+def archival_update(
+    *,
+    memory: ArchivalMemory,
+    content: str,
+    kind: str | None = None,
+    importance: float | None = None,
+    expected_updated_at: Any = None,
+    actor: str,
+    actor_name: str = "",
+    trigger: str = "",
+) -> ArchivalMemory:
+    """Correct a memory (support staff): re-embedded, logged; refused when it changed since it was read."""
+    current = ArchivalMemory.objects.select_for_update().get(pk=memory.pk)
+    if expected_updated_at is not None and current.updated_at != expected_updated_at:
+        raise ApplicationError(
+            "This memory changed since it was read.", code="version_mismatch", status_code=412
+        )
+    content = content.strip()
+    if not content:
+        raise ApplicationError("An archival memory needs content.", code="empty_content")
+    old = current.content
+    if content != old:
+        vectors, model = embed([content])
+        current.embedding = to_bytes(vectors[0]) if vectors is not None else None
+        current.embedding_model = model if vectors is not None else ""
+        current.subject = subject_key(content, current.subject)
+    current.content = content
+    if kind is not None:
+        current.kind = kind
+    if importance is not None:
+        current.importance = importance
+    current.updated_at = timezone.now()
+    current.save()
+    operation_log(
+        end_user=current.end_user,
+        op=MemoryOperation.Op.ARCHIVAL_UPDATE,
+        target=f"archival:{current.id}",
+        old_value=old,
+        new_value=content,
+        trigger=trigger,
+        actor=actor,
+        actor_name=actor_name,
+    )
+    return current

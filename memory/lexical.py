@@ -1,0 +1,143 @@
+"""Lexical ranking shared by archival memory and recall over old messages: BM25 over words (and character
+bigrams for CJK text, which has no spaces), computed in Python over the end user's own rows, so it behaves
+the same on SQLite and PostgreSQL; plus reciprocal rank fusion."""
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+RRF_K = 60
+_WORD = re.compile(r"[a-z0-9][a-z0-9_\-./]*|[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]+", re.I)
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
+STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "but",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "for",
+        "with",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "it",
+        "its",
+        "this",
+        "that",
+        "these",
+        "those",
+        "i",
+        "you",
+        "he",
+        "she",
+        "we",
+        "they",
+        "me",
+        "my",
+        "your",
+        "our",
+        "their",
+        "do",
+        "does",
+        "did",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "how",
+        "when",
+        "where",
+        "why",
+        "can",
+        "could",
+        "would",
+        "should",
+        "will",
+        "shall",
+        "not",
+        "no",
+        "yes",
+        "so",
+        "as",
+        "by",
+        "from",
+        "about",
+        "into",
+        "than",
+        "then",
+        "there",
+        "here",
+        "just",
+        "also",
+        "please",
+    ]
+)
+
+
+def tokens(text: str) -> list[str]:
+    out: list[str] = []
+    for match in _WORD.finditer(text.lower()):
+        word = match.group(0).strip("-./_")
+        if not word:
+            continue
+        if _CJK.match(word):
+            out.extend(word)  # unigrams
+            out.extend(word[i : i + 2] for i in range(len(word) - 1))  # and bigrams
+        elif word not in STOPWORDS:
+            out.append(word)
+    return out
+
+
+def bm25_rank(
+    query: str, documents: Sequence[str], *, k1: float = 1.2, b: float = 0.75
+) -> list[tuple[int, float]]:
+    """(document index, score) of the documents sharing a term with the query, best first."""
+    terms = set(tokens(query))
+    if not terms or not documents:
+        return []
+    docs = [Counter(tokens(d)) for d in documents]
+    avg = sum(sum(d.values()) for d in docs) / len(docs) or 1.0
+    df = Counter(t for d in docs for t in terms if t in d)
+    n = len(docs)
+    scored = []
+    for i, d in enumerate(docs):
+        length = sum(d.values())
+        score = 0.0
+        for t in terms:
+            tf = d.get(t, 0)
+            if not tf:
+                continue
+            idf = math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
+            score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avg))
+        if score > 0:
+            scored.append((i, score))
+    scored.sort(key=lambda x: (-x[1], x[0]))
+    return scored
+
+
+def rrf(*rankings: Sequence[Any], k: int = RRF_K) -> dict[Any, float]:
+    """Reciprocal rank fusion: each key scores the sum of 1 / (k + rank) over the rankings it appears in."""
+    fused: dict[Any, float] = {}
+    for ranking in rankings:
+        for rank, key in enumerate(ranking, start=1):
+            fused[key] = fused.get(key, 0.0) + 1.0 / (k + rank)
+    return fused
+
+
+def jaccard(a: str, b: str) -> float:
+    ta, tb = set(tokens(a)), set(tokens(b))
+    if not ta or not tb:
+        return 0.0
+    return len(ta & tb) / len(ta | tb)

@@ -1,0 +1,73 @@
+"""Reads of memory, always inside one tenant (through the end user or conversation already fetched)."""
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from memory.models import STANDARD_LABELS, CoreMemoryBlock, CoreMemoryBlockVersion, MemoryOperation
+from tenants.models import EndUser
+
+
+def label_order(label: str) -> tuple[int, str]:
+    """persona, preferences, profile, then custom labels alphabetically: a fixed order, so B2a is stable."""
+    if label in STANDARD_LABELS:
+        return (STANDARD_LABELS.index(label), "")
+    return (len(STANDARD_LABELS), label)
+
+
+def core_memory_blocks(*, end_user: EndUser) -> list[CoreMemoryBlock]:
+    blocks = list(CoreMemoryBlock.objects.filter(end_user=end_user))
+    return sorted(blocks, key=lambda b: label_order(b.label))
+
+
+def core_memory_block_data(block: CoreMemoryBlock) -> dict[str, Any]:
+    return {
+        "label": block.label,
+        "value": block.value,
+        "char_limit": block.char_limit,
+        "chars": len(block.value),
+        "version": block.version,
+        "updated_by": block.updated_by,
+        "updated_at": block.updated_at,
+    }
+
+
+def core_memory_at(*, end_user_id: Any, versions: dict[str, int]) -> dict[str, str]:
+    """label -> value of the named versions (a label whose version is gone is left out)."""
+    if not versions:
+        return {}
+    rows = CoreMemoryBlockVersion.objects.filter(
+        block__end_user_id=end_user_id, block__label__in=list(versions)
+    ).values_list("block__label", "version", "value")
+    return {label: value for label, version, value in rows if versions.get(label) == version}
+
+
+def memory_operations(*, end_user: EndUser) -> QuerySet[MemoryOperation]:
+    return MemoryOperation.objects.filter(end_user=end_user).select_related("conversation")
+
+
+def memory_operation_data(op: MemoryOperation) -> dict[str, Any]:
+    return {
+        "id": op.pk,
+        "op": op.op,
+        "target": op.target,
+        "old_value": op.old_value,
+        "new_value": op.new_value,
+        "trigger": op.trigger,
+        "actor": op.actor,
+        "actor_name": op.actor_name,
+        "conversation_id": op.conversation_id,
+        "reverted_by": op.reverted_by_id,
+        "created_at": op.created_at,
+    }
+
+
+def core_memory_blocks_current(*, end_user_id: Any) -> list[CoreMemoryBlock]:
+    blocks = CoreMemoryBlock.objects.filter(end_user_id=end_user_id).only("label", "value", "version")
+    return sorted(blocks, key=lambda b: label_order(b.label))
+
+
+def archival_exists(*, end_user_id: Any) -> bool:
+    from memory.models import ArchivalMemory
+
+    return ArchivalMemory.objects.filter(end_user_id=end_user_id, invalidated_at__isnull=True).exists()

@@ -1,0 +1,256 @@
+"""Writes to memory. Core-memory edits are optimistic: the caller names the version it read, a stale version
+is refused (412) rather than overwritten, and every change is logged as a MemoryOperation."""
+
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+from rest_framework import status
+
+from conversations.models import Conversation
+from memory.models import (
+    DEFAULT_CHAR_LIMIT,
+    Actor,
+    CoreMemoryBlock,
+    CoreMemoryBlockVersion,
+    CoreMemorySnapshot,
+    MemoryOperation,
+)
+from tenants.errors import ApplicationError
+from tenants.models import EndUser
+
+
+def operation_log(
+    *,
+    end_user: EndUser,
+    op: str,
+    target: str,
+    old_value: str = "",
+    new_value: str = "",
+    trigger: str = "",
+    actor: str,
+    actor_name: str = "",
+    conversation: Conversation | None = None,
+) -> MemoryOperation:
+    return MemoryOperation.objects.create(
+        tenant_id=end_user.tenant_id,
+        end_user=end_user,
+        conversation=conversation,
+        op=op,
+        target=target,
+        old_value=old_value,
+        new_value=new_value,
+        trigger=trigger,
+        actor=actor,
+        actor_name=actor_name,
+    )
+
+
+def _check_limit(value: str, char_limit: int) -> None:
+    if len(value) > char_limit:
+        raise ApplicationError(
+            f"The value has {len(value)} characters; the block's limit is {char_limit}.",
+            code="over_char_limit",
+            status_code=status.HTTP_422_UNPROCESSABLE_ENTITY,
+            extra={"length": len(value), "char_limit": char_limit},
+        )
+
+
+def _check_version(block: CoreMemoryBlock, expected_version: int | None, *, required: bool) -> None:
+    if expected_version is None:
+        if required:
+            raise ApplicationError(
+                f"Block {block.label!r} exists: send If-Match with the version you read "
+                f"(current {block.version}).",
+                code="if_match_required",
+                status_code=status.HTTP_428_PRECONDITION_REQUIRED,
+                extra={"version": block.version},
+            )
+        return
+    if expected_version != block.version:
+        raise ApplicationError(
+            f"Block {block.label!r} is at version {block.version}, not {expected_version}: "
+            "someone changed it since you read it.",
+            code="version_mismatch",
+            status_code=status.HTTP_412_PRECONDITION_FAILED,
+            extra={"version": block.version, "value": block.value},
+        )
+
+
+def _record_version(block: CoreMemoryBlock) -> None:
+    CoreMemoryBlockVersion.objects.create(
+        block=block,
+        version=block.version,
+        value=block.value,
+        char_limit=block.char_limit,
+        updated_by=block.updated_by,
+        created_at=block.updated_at,
+    )
+
+
+@transaction.atomic
+def core_memory_write(
+    *,
+    end_user: EndUser,
+    label: str,
+    value: str | None = None,
+    append: str | None = None,
+    char_limit: int | None = None,
+    expected_version: int | None = None,
+    require_version: bool = True,
+    create: bool = True,
+    actor: str = Actor.API,
+    actor_name: str = "",
+    trigger: str = "",
+    conversation: Conversation | None = None,
+    op: str | None = None,
+) -> tuple[CoreMemoryBlock, bool]:
+    """Create or change one block. Returns (block, created). `value` replaces, `append` adds a line. An
+    existing block is changed only at `expected_version` (412 otherwise; 428 when required and missing)."""
+    block = CoreMemoryBlock.objects.select_for_update().filter(end_user=end_user, label=label).first()
+    now = timezone.now()
+    if block is None:
+        if not create:
+            raise ApplicationError(f"No core memory block {label!r}.", code="not_found", status_code=404)
+        if expected_version not in (None, 0):
+            raise ApplicationError(
+                f"Block {label!r} does not exist (If-Match {expected_version}).",
+                code="version_mismatch",
+                status_code=status.HTTP_412_PRECONDITION_FAILED,
+                extra={"version": None},
+            )
+        new_value = value if value is not None else (append or "")
+        limit = char_limit or DEFAULT_CHAR_LIMIT
+        _check_limit(new_value, limit)
+        block = CoreMemoryBlock.objects.create(
+            tenant_id=end_user.tenant_id,
+            end_user=end_user,
+            label=label,
+            value=new_value,
+            char_limit=limit,
+            version=1,
+            updated_by=actor_name or actor,
+            updated_at=now,
+        )
+        _record_version(block)
+        operation_log(
+            end_user=end_user,
+            op=MemoryOperation.Op.CORE_CREATE,
+            target=f"core:{label}",
+            new_value=new_value,
+            trigger=trigger,
+            actor=actor,
+            actor_name=actor_name,
+            conversation=conversation,
+        )
+        return block, True
+
+    _check_version(block, expected_version, required=require_version)
+    old_value = block.value
+    new_value = block.value if value is None else value
+    if append:
+        new_value = f"{new_value}\n{append}" if new_value else append
+    limit = char_limit or block.char_limit
+    _check_limit(new_value, limit)
+    if new_value == old_value and limit == block.char_limit:
+        return block, False  # nothing changes: no new version, the cache stays warm
+    block.value = new_value
+    block.char_limit = limit
+    block.version += 1
+    block.updated_by = actor_name or actor
+    block.updated_at = now
+    block.save(update_fields=["value", "char_limit", "version", "updated_by", "updated_at"])
+    _record_version(block)
+    operation_log(
+        end_user=end_user,
+        op=op
+        or (MemoryOperation.Op.CORE_APPEND if append and value is None else MemoryOperation.Op.CORE_UPDATE),
+        target=f"core:{label}",
+        old_value=old_value,
+        new_value=new_value,
+        trigger=trigger,
+        actor=actor,
+        actor_name=actor_name,
+        conversation=conversation,
+    )
+    return block, False
+
+
+@transaction.atomic
+def operation_revert(
+    *, operation: MemoryOperation, actor: str, actor_name: str = "", trigger: str = ""
+) -> Any:
+    """Undo one operation by writing its old value back, as a new logged operation. Refused when the target
+    changed since (someone else's later edit is never silently overwritten)."""
+    operation = MemoryOperation.objects.select_for_update().get(pk=operation.pk)
+    if operation.reverted_by_id is not None:
+        raise ApplicationError(
+            "This operation was already reverted.", code="already_reverted", status_code=409
+        )
+    kind, _, key = operation.target.partition(":")
+    end_user = operation.end_user
+    reason = trigger or f"revert of operation {operation.pk}"
+    if kind == "core":
+        block = CoreMemoryBlock.objects.select_for_update().filter(end_user=end_user, label=key).first()
+        if block is None or block.value != operation.new_value:
+            raise ApplicationError(
+                f"Block {key!r} changed after this operation; revert the later change first.",
+                code="target_changed",
+                status_code=409,
+            )
+        block, _ = core_memory_write(
+            end_user=end_user,
+            label=key,
+            value=operation.old_value,
+            expected_version=block.version,
+            actor=actor,
+            actor_name=actor_name,
+            trigger=reason,
+            op=MemoryOperation.Op.CORE_REVERT,
+        )
+        revert = MemoryOperation.objects.filter(end_user=end_user, target=operation.target).first()
+    elif kind == "archival":
+        from memory.archival import archival_revert
+
+        revert = archival_revert(operation=operation, actor=actor, actor_name=actor_name, trigger=reason)
+    else:  # pragma: no cover - targets are written by this module
+        raise ApplicationError("Unknown operation target.", code="invalid_target")
+    MemoryOperation.objects.filter(pk=operation.pk).update(reverted_by=revert)
+    return revert
+
+
+# --- B2a snapshot: what the system message shows ---------------------------------------------------------
+
+
+def _current_versions(end_user_id: Any) -> dict[str, int]:
+    return dict(CoreMemoryBlock.objects.filter(end_user_id=end_user_id).values_list("label", "version"))
+
+
+def core_memory_snapshot_get(*, conversation: Conversation, boundary_seq: int) -> CoreMemorySnapshot:
+    """The conversation's B2a snapshot: taken at its first context call, advanced when the compaction
+    boundary has moved past it (the receiver of boundary_moved advances it too; this catches a missed
+    signal)."""
+    snapshot = CoreMemorySnapshot.objects.filter(conversation=conversation).first()
+    if snapshot is None:
+        snapshot, _ = CoreMemorySnapshot.objects.get_or_create(
+            conversation=conversation,
+            defaults={"versions": _current_versions(conversation.end_user_id), "boundary_seq": boundary_seq},
+        )
+    elif boundary_seq > snapshot.boundary_seq:
+        snapshot = core_memory_snapshot_advance(conversation=conversation, boundary_seq=boundary_seq)
+    return snapshot
+
+
+def core_memory_snapshot_advance(*, conversation: Conversation, boundary_seq: int) -> CoreMemorySnapshot:
+    """Fold the edits made since the last boundary into B2a: the snapshot takes the current versions."""
+    versions = _current_versions(conversation.end_user_id)
+    snapshot, created = CoreMemorySnapshot.objects.get_or_create(
+        conversation=conversation, defaults={"versions": versions, "boundary_seq": boundary_seq}
+    )
+    if not created and boundary_seq >= snapshot.boundary_seq:
+        # Conditional: a concurrent advance to a later boundary is not rolled back.
+        CoreMemorySnapshot.objects.filter(pk=snapshot.pk, boundary_seq__lte=boundary_seq).update(
+            versions=versions, boundary_seq=boundary_seq, updated_at=timezone.now()
+        )
+        snapshot.refresh_from_db()
+    return snapshot

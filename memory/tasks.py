@@ -1,0 +1,42 @@
+"""Celery tasks of memory. They take ids, import their service inside the function and return quietly when
+the row is gone."""
+
+from celery import shared_task
+from django.conf import settings
+
+
+@shared_task(acks_late=True)
+def state_fold_conversation(conversation_id: str) -> int:
+    from conversations.models import Conversation
+    from memory.state import state_fold
+
+    conversation = Conversation.objects.filter(pk=conversation_id).first()
+    if conversation is None:
+        return 0
+    return state_fold(conversation=conversation)
+
+
+@shared_task
+def state_fold_periodic() -> int:
+    """Beat: fold the task state of conversations with many or old unfolded events."""
+    from memory.state import state_fold_due
+
+    due = state_fold_due(
+        min_events=settings.MNEMO_STATE_FOLD_MIN_EVENTS,
+        min_age_seconds=settings.MNEMO_STATE_FOLD_MIN_AGE_SECONDS,
+    )
+    for conversation_id in due:
+        state_fold_conversation.delay(str(conversation_id))
+    return len(due)
+
+
+@shared_task(acks_late=True)
+def memory_agent_conversation(conversation_id: str) -> int:
+    """Run the memory agent over the completed exchanges of one conversation (idempotent by its cursor)."""
+    from conversations.models import Conversation
+    from memory.agent import memory_agent_run
+
+    conversation = Conversation.objects.filter(pk=conversation_id).select_related("end_user").first()
+    if conversation is None:
+        return 0
+    return len(memory_agent_run(conversation=conversation).operations)

