@@ -57,6 +57,7 @@ def _block_response(block: Any, *, status_code: int = 200) -> Response:
 
 class CoreMemoryBlockListApi(APIView):
     @extend_schema(
+        operation_id="users_memory_blocks_list",
         responses={200: dict, **error_responses()},
         description="The end user's core memory "
         "blocks in render order (persona, preferences, profile, then custom labels).",
@@ -68,12 +69,12 @@ class CoreMemoryBlockListApi(APIView):
 
 
 class CoreMemoryBlockDetailApi(APIView):
-    class PutSerializer(StrictSerializer):
+    class CoreMemoryPutSerializer(StrictSerializer):
         value = serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=100_000)
         char_limit = serializers.IntegerField(required=False, min_value=1, max_value=100_000)
         reason = serializers.CharField(required=False, allow_blank=True, max_length=1000, default="")
 
-    class PatchSerializer(StrictSerializer):
+    class CoreMemoryPatchSerializer(StrictSerializer):
         value = serializers.CharField(
             required=False, allow_blank=True, trim_whitespace=False, max_length=100_000
         )
@@ -90,7 +91,7 @@ class CoreMemoryBlockDetailApi(APIView):
         return _block_response(block)
 
     @extend_schema(
-        request=PutSerializer,
+        request=CoreMemoryPutSerializer,
         parameters=[IF_MATCH],
         responses={200: dict, 201: dict, **error_responses(PRECONDITION_RESPONSES)},
         description="Create or replace a block. Replacing an existing block needs If-Match with its version.",
@@ -98,7 +99,7 @@ class CoreMemoryBlockDetailApi(APIView):
     def put(self, request: Any, external_id: str, label: str) -> Response:
         _label(label)
         expected = if_match_version(request)
-        data = validated(self.PutSerializer, request.data)
+        data = validated(self.CoreMemoryPutSerializer, request.data)
         with transaction.atomic():
             end_user = end_user_get_or_create(tenant=request.auth.tenant, external_id=external_id)
             block, created = services.core_memory_write(
@@ -114,7 +115,7 @@ class CoreMemoryBlockDetailApi(APIView):
         return _block_response(block, status_code=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @extend_schema(
-        request=PatchSerializer,
+        request=CoreMemoryPatchSerializer,
         parameters=[IF_MATCH],
         responses={200: dict, **error_responses(PRECONDITION_RESPONSES)},
         description="Change a block: `value` replaces, `append` adds a line, `char_limit` resizes. "
@@ -122,7 +123,7 @@ class CoreMemoryBlockDetailApi(APIView):
     )
     def patch(self, request: Any, external_id: str, label: str) -> Response:
         expected = if_match_version(request)
-        data = validated(self.PatchSerializer, request.data)
+        data = validated(self.CoreMemoryPatchSerializer, request.data)
         if not {"value", "append", "char_limit"} & set(data):
             raise ApplicationError("Send value, append or char_limit.", code="nothing_to_change")
         end_user = access_end_user(tenant=request.auth.tenant, external_id=external_id)
@@ -142,18 +143,18 @@ class CoreMemoryBlockDetailApi(APIView):
 
 
 class MemoryOperationListApi(APIView):
-    class FilterSerializer(StrictSerializer):
+    class MemoryOperationFilterSerializer(StrictSerializer):
         limit = serializers.IntegerField(required=False, min_value=1, max_value=500, default=100)
         target = serializers.CharField(required=False, max_length=200)
 
     @extend_schema(
-        parameters=[FilterSerializer],
+        parameters=[MemoryOperationFilterSerializer],
         responses={200: dict, **error_responses()},
         description="Every change to the end user's memory, newest first: old and new value, who and why.",
     )
     def get(self, request: Any, external_id: str) -> Response:
         end_user = access_end_user(tenant=request.auth.tenant, external_id=external_id)
-        params = validated(self.FilterSerializer, request.query_params.dict())
+        params = validated(self.MemoryOperationFilterSerializer, request.query_params.dict())
         qs = selectors.memory_operations(end_user=end_user)
         if params.get("target"):
             qs = qs.filter(target=params["target"])
@@ -195,14 +196,14 @@ class TaskStateApi(APIView):
 
 
 class StateEventCreateApi(APIView):
-    class InputSerializer(StrictSerializer):
+    class StateEventInputSerializer(StrictSerializer):
         expected_epoch = serializers.IntegerField(min_value=0)
         request_id = serializers.CharField(max_length=200)
         event_type = serializers.ChoiceField(choices=StateEvent.Type.values)
         payload = serializers.DictField(required=False, default=dict)
 
     @extend_schema(
-        request=InputSerializer,
+        request=StateEventInputSerializer,
         responses={
             200: dict,
             201: dict,
@@ -214,7 +215,7 @@ class StateEventCreateApi(APIView):
     )
     def post(self, request: Any, conversation_id: str) -> Response:
         conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
-        data = validated(self.InputSerializer, request.data)
+        data = validated(self.StateEventInputSerializer, request.data)
         event, created = state.state_event_append(conversation=conversation, **data)
         body = {"event": _event_data(event), **_state_data(state.state_overlay(conversation=conversation))}
         return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
@@ -236,7 +237,7 @@ class StateFoldApi(APIView):
 
 
 class ArchivalMemoryListCreateApi(APIView):
-    class InputSerializer(StrictSerializer):
+    class ArchivalMemoryInputSerializer(StrictSerializer):
         content = serializers.CharField(max_length=20_000)
         kind = serializers.ChoiceField(choices=ArchivalMemory.Kind.values, default=ArchivalMemory.Kind.FACT)
         importance = serializers.FloatField(min_value=0, max_value=1, default=0.5)
@@ -247,28 +248,32 @@ class ArchivalMemoryListCreateApi(APIView):
         )
         reason = serializers.CharField(required=False, allow_blank=True, max_length=1000, default="")
 
-    class FilterSerializer(StrictSerializer):
+    class ArchivalMemoryFilterSerializer(StrictSerializer):
         include_invalidated = serializers.BooleanField(required=False, default=False)
         limit = serializers.IntegerField(required=False, min_value=1, max_value=500, default=100)
 
-    @extend_schema(parameters=[FilterSerializer], responses={200: dict, **error_responses()})
+    @extend_schema(
+        operation_id="users_memories_list",
+        parameters=[ArchivalMemoryFilterSerializer],
+        responses={200: dict, **error_responses()},
+    )
     def get(self, request: Any, external_id: str) -> Response:
         end_user = access_end_user(tenant=request.auth.tenant, external_id=external_id)
-        params = validated(self.FilterSerializer, request.query_params.dict())
+        params = validated(self.ArchivalMemoryFilterSerializer, request.query_params.dict())
         qs = ArchivalMemory.objects.filter(end_user=end_user)
         if not params["include_invalidated"]:
             qs = qs.filter(invalidated_at__isnull=True)
         return Response({"memories": [archival.memory_data(m) for m in qs[: params["limit"]]]})
 
     @extend_schema(
-        request=InputSerializer,
+        request=ArchivalMemoryInputSerializer,
         responses={200: dict, 201: dict, **error_responses()},
         description="Store a fact or episode. A near-duplicate of a live memory is merged into it (200, "
         "action=merged); a fact about the same subject ('my X is …', or `subject`) invalidates the older one "
         "(kept, marked, excluded from search).",
     )
     def post(self, request: Any, external_id: str) -> Response:
-        data = validated(self.InputSerializer, request.data)
+        data = validated(self.ArchivalMemoryInputSerializer, request.data)
         tenant = request.auth.tenant
         conversation = None
         if data.get("conversation_id"):
@@ -297,19 +302,19 @@ class ArchivalMemoryListCreateApi(APIView):
 
 
 class ArchivalMemorySearchApi(APIView):
-    class FilterSerializer(StrictSerializer):
+    class ArchivalSearchFilterSerializer(StrictSerializer):
         q = serializers.CharField(max_length=2000)
         limit = serializers.IntegerField(required=False, min_value=1, max_value=100, default=10)
 
     @extend_schema(
-        parameters=[FilterSerializer],
+        parameters=[ArchivalSearchFilterSerializer],
         responses={200: dict, **error_responses()},
         description="Hybrid search over live memories: BM25 and exact vector rankings fused with reciprocal "
         "rank fusion (k = 60). Without embeddings it is lexical only, reported in `degradations`.",
     )
     def get(self, request: Any, external_id: str) -> Response:
         end_user = access_end_user(tenant=request.auth.tenant, external_id=external_id)
-        params = validated(self.FilterSerializer, request.query_params.dict())
+        params = validated(self.ArchivalSearchFilterSerializer, request.query_params.dict())
         outcome = archival.archival_search(end_user=end_user, query=params["q"], limit=params["limit"])
         return Response(
             {

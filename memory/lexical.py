@@ -101,16 +101,22 @@ def tokens(text: str) -> list[str]:
 
 
 def bm25_rank(
-    query: str, documents: Sequence[str], *, k1: float = 1.2, b: float = 0.75
+    query: str,
+    documents: Sequence[str],
+    *,
+    k1: float = 1.2,
+    b: float = 0.75,
+    corpus_size: int | None = None,
 ) -> list[tuple[int, float]]:
-    """(document index, score) of the documents sharing a term with the query, best first."""
+    """(document index, score) of the documents sharing a term with the query, best first. When the
+    documents are a prefiltered part of a larger corpus, corpus_size keeps the IDF of the whole."""
     terms = set(tokens(query))
     if not terms or not documents:
         return []
     docs = [Counter(tokens(d)) for d in documents]
     avg = sum(sum(d.values()) for d in docs) / len(docs) or 1.0
     df = Counter(t for d in docs for t in terms if t in d)
-    n = len(docs)
+    n = max(corpus_size or 0, len(docs))
     scored = []
     for i, d in enumerate(docs):
         length = sum(d.values())

@@ -3,11 +3,14 @@ BM25 against the (rewritten) query, returned with their seq."""
 
 from dataclasses import dataclass
 
+from django.db.models import Q
+
 from conversations.models import Conversation, Message
-from memory.lexical import bm25_rank, rrf
+from memory.lexical import bm25_rank, rrf, tokens
 
 # The newest messages before the boundary that are searched (the older ones live on in the summaries).
 RECALL_SCAN_LIMIT = 5_000
+PREFILTER_TERMS = 8
 # A BM25 score below this is a match on common words only ("what next?"): not worth prompt tokens.
 RECALL_MIN_SCORE = 2.0
 
@@ -31,18 +34,27 @@ def recall_messages(
 ) -> list[RecallHit]:
     if before_seq <= 0 or not query.strip():
         return []
+    base = Message.objects.filter(
+        conversation=conversation,
+        seq__lte=before_seq,
+        kind=Message.Kind.MESSAGE,
+        role__in=[Message.Role.USER, Message.Role.ASSISTANT],
+    ).exclude(content="")
+    terms = sorted({t for t in tokens(query) if len(t) > 1}, key=len, reverse=True)[:PREFILTER_TERMS]
+    if not terms:
+        return []
+    # The database narrows the scan to messages holding a query term; BM25 then ranks those, with the IDF of
+    # all messages before the boundary.
+    matching = Q()
+    for term in terms:
+        matching |= Q(content__icontains=term)
     rows = list(
-        Message.objects.filter(
-            conversation=conversation,
-            seq__lte=before_seq,
-            kind=Message.Kind.MESSAGE,
-            role__in=[Message.Role.USER, Message.Role.ASSISTANT],
-        )
-        .exclude(content="")
-        .order_by("-seq")
-        .values_list("id", "seq", "role", "content")[:RECALL_SCAN_LIMIT]
+        base.filter(matching).order_by("-seq").values_list("id", "seq", "role", "content")[:RECALL_SCAN_LIMIT]
     )
-    ranked = [i for i, score in bm25_rank(query, [r[3] for r in rows]) if score >= min_score][:limit]
+    if not rows:
+        return []
+    scored = bm25_rank(query, [r[3] for r in rows], corpus_size=base.count())
+    ranked = [i for i, score in scored if score >= min_score][:limit]
     scores = rrf(ranked)
     return [
         RecallHit(str(rows[i][0]), rows[i][1], rows[i][2], rows[i][3], round(scores[i], 6)) for i in ranked

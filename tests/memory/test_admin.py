@@ -147,3 +147,22 @@ def test_support_corrects_an_archival_memory_and_a_stale_form_is_refused(client,
     assert "Someone changed this memory" in stale.content.decode()
     memory.refresh_from_db()
     assert memory.content == "Alice lives in Hamburg."
+
+
+def test_reverting_an_invalidation_brings_the_older_fact_back(client, support, owner, settings):
+    from memory.archival import archival_insert
+
+    settings.MNEMO_EMBEDDINGS = "none"
+    end_user = end_user_get_or_create(tenant=owner.tenant, external_id="alice")
+    old = archival_insert(end_user=end_user, content="My favourite colour is green.").memory
+    archival_insert(end_user=end_user, content="My favourite colour is blue.")
+    invalidation = MemoryOperation.objects.get(op=MemoryOperation.Op.ARCHIVAL_INVALIDATE)
+    client.force_login(support.user)
+    client.post(
+        reverse("admin:memory_memoryoperation_changelist"),
+        {"action": "revert", "_selected_action": [str(invalidation.pk)]},
+    )
+    old.refresh_from_db()
+    assert old.invalidated_at is None
+    invalidation.refresh_from_db()
+    assert invalidation.reverted_by.op == MemoryOperation.Op.ARCHIVAL_REVERT
