@@ -2,6 +2,7 @@
 bigrams for CJK text, which has no spaces), computed in Python over the end user's own rows, so it behaves
 the same on SQLite and PostgreSQL; plus reciprocal rank fusion."""
 
+import functools
 import math
 import re
 from collections import Counter
@@ -10,7 +11,6 @@ from typing import Any
 
 RRF_K = 60
 _WORD = re.compile(r"[a-z0-9][a-z0-9_\-./]*|[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]+", re.I)
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
 STOPWORDS = frozenset(
     [
         "a",
@@ -88,16 +88,23 @@ STOPWORDS = frozenset(
 
 def tokens(text: str) -> list[str]:
     out: list[str] = []
-    for match in _WORD.finditer(text.lower()):
-        word = match.group(0).strip("-./_")
+    for word in _WORD.findall(text.lower()):
+        word = word.strip("-./_")
         if not word:
             continue
-        if _CJK.match(word):
+        # A match is either all CJK or starts with [a-z0-9]: the first character tells which.
+        if word[0] >= "\u3040":
             out.extend(word)  # unigrams
             out.extend(word[i : i + 2] for i in range(len(word) - 1))  # and bigrams
         elif word not in STOPWORDS:
             out.append(word)
     return out
+
+
+@functools.lru_cache(maxsize=8192)
+def _document_terms(text: str) -> Counter:
+    """Term counts of a document. Memoised: recall ranks the same history messages call after call."""
+    return Counter(tokens(text))
 
 
 def bm25_rank(
@@ -113,7 +120,7 @@ def bm25_rank(
     terms = set(tokens(query))
     if not terms or not documents:
         return []
-    docs = [Counter(tokens(d)) for d in documents]
+    docs = [_document_terms(d) for d in documents]
     avg = sum(sum(d.values()) for d in docs) / len(docs) or 1.0
     df = Counter(t for d in docs for t in terms if t in d)
     n = max(corpus_size or 0, len(docs))

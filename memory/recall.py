@@ -8,8 +8,11 @@ from django.db.models import Q
 from conversations.models import Conversation, Message
 from memory.lexical import bm25_rank, rrf, tokens
 
-# The newest messages before the boundary that are searched (the older ones live on in the summaries).
-RECALL_SCAN_LIMIT = 5_000
+# Recall searches the newest RECALL_SCAN_WINDOW seqs before the boundary (older history lives on in the
+# summaries) and ranks at most RECALL_SCAN_LIMIT candidates, so its cost on the request path stays flat
+# however long the conversation grows (bench/context_latency.py).
+RECALL_SCAN_WINDOW = 2_000
+RECALL_SCAN_LIMIT = 200
 PREFILTER_TERMS = 8
 # A BM25 score below this is a match on common words only ("what next?"): not worth prompt tokens.
 RECALL_MIN_SCORE = 2.0
@@ -36,6 +39,7 @@ def recall_messages(
         return []
     base = Message.objects.filter(
         conversation=conversation,
+        seq__gt=max(0, before_seq - RECALL_SCAN_WINDOW),
         seq__lte=before_seq,
         kind=Message.Kind.MESSAGE,
         role__in=[Message.Role.USER, Message.Role.ASSISTANT],
@@ -53,7 +57,8 @@ def recall_messages(
     )
     if not rows:
         return []
-    scored = bm25_rank(query, [r[3] for r in rows], corpus_size=base.count())
+    # The window's size stands in for the corpus size in the IDF: a count would cost a scan per call.
+    scored = bm25_rank(query, [r[3] for r in rows], corpus_size=min(before_seq, RECALL_SCAN_WINDOW))
     ranked = [i for i, score in scored if score >= min_score][:limit]
     scores = rrf(ranked)
     return [
