@@ -11,7 +11,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import serializers, status
 from rest_framework.exceptions import ErrorDetail, ValidationError
 from rest_framework.pagination import CursorPagination
-from rest_framework.parsers import BaseParser, MultiPartParser
+from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -34,6 +34,7 @@ from conversations.transcript import transcript_export, transcript_import
 from tenants.api import (
     CONFLICT_RESPONSES,
     LimitedJSONParser,
+    RawBodyParser,
     StrictSerializer,
     error_responses,
     validated,
@@ -363,24 +364,6 @@ class TranscriptExportApi(APIView):
         response = StreamingHttpResponse(stream(), content_type="application/x-ndjson; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="{conversation.id}.jsonl"'
         return response
-
-
-class RawBodyParser(BaseParser):
-    """The body as bytes, whatever its media type (JSON Lines has no registered one), size-capped."""
-
-    media_type = "*/*"
-
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> bytes:
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        raw = stream.read(limit + 1) if stream is not None else b""
-        if len(raw) > limit:
-            raise ApplicationError(
-                f"The transcript is larger than {limit} bytes.",
-                code="request_too_large",
-                status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
-                extra={"limit_bytes": limit},
-            )
-        return raw
 
 
 class TranscriptImportApi(APIView):

@@ -8,26 +8,38 @@ from django.conf import settings
 from drf_spectacular.utils import OpenApiResponse, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.exceptions import ErrorDetail, ValidationError
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import BaseParser, JSONParser
 
 from tenants.errors import ApplicationError
 
 
-class LimitedJSONParser(JSONParser):
-    """DRF's JSON parser reads the raw stream and so skips Django's DATA_UPLOAD_MAX_MEMORY_SIZE check;
-    this one enforces it before decoding."""
+def read_limited(stream: Any) -> bytes:
+    """The request body, refused with 413 request_too_large past DATA_UPLOAD_MAX_MEMORY_SIZE. DRF's parsers
+    read the raw stream and so skip Django's own check of that setting."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    raw = stream.read(limit + 1) if stream is not None else b""
+    if len(raw) > limit:
+        raise ApplicationError(
+            f"The request body is larger than {limit} bytes.",
+            code="request_too_large",
+            status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            extra={"limit_bytes": limit},
+        )
+    return raw
 
+
+class LimitedJSONParser(JSONParser):
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        raw = stream.read(limit + 1) if stream is not None else b""
-        if len(raw) > limit:
-            raise ApplicationError(
-                f"The request body is larger than {limit} bytes.",
-                code="request_too_large",
-                status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
-                extra={"limit_bytes": limit},
-            )
-        return super().parse(io.BytesIO(raw), media_type, parser_context)
+        return super().parse(io.BytesIO(read_limited(stream)), media_type, parser_context)
+
+
+class RawBodyParser(BaseParser):
+    """The body as bytes, whatever its media type (JSON Lines has no registered one), size-capped."""
+
+    media_type = "*/*"
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> bytes:
+        return read_limited(stream)
 
 
 class StrictSerializer(serializers.Serializer):

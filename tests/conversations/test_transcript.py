@@ -662,6 +662,6 @@ def test_oversize_body_gets_413_and_stores_nothing(owner):
     assert response.status_code == 413
     assert response.json()["error"] == {
         "code": "request_too_large",
-        "message": "The transcript is larger than 2048 bytes.",
+        "message": "The request body is larger than 2048 bytes.",
         "extra": {"limit_bytes": 2048},
     }
