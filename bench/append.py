@@ -21,7 +21,6 @@ import contextlib
 import json
 import math
 import os
-import platform
 import random
 import resource
 import secrets
@@ -35,7 +34,6 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -784,31 +782,19 @@ def bench_tokens(args: argparse.Namespace, scratch: Path) -> TokenRun:
 
 
 def header(args: argparse.Namespace, pg_version: str) -> str:
-    cpu = "unknown CPU"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from bench._common import machine_header
 
-    def git(*command: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["git", *command], cwd=REPO, capture_output=True, text=True, check=False)
-
-    commit = git("rev-parse", "--short", "HEAD").stdout.strip() or "none"
-    # Figures from a tree with uncommitted changes are not those of the commit.
-    if git("diff", "--quiet", "HEAD").returncode == 1:
-        commit += " (+uncommitted changes)"
-    lines = [
-        f"# bench/append.py  {datetime.now(UTC):%Y-%m-%d %H:%M UTC}  {platform.platform()}",
-        f"# CPU {cpu}, {CORES} cores  Python {platform.python_version()}  commit {commit}",
-        f"# load: {args.n} appends and {args.n} GETs per configuration (+{args.warmup} of each to warm up) "
+    extra = [
+        f"load: {args.n} appends and {args.n} GETs per configuration (+{args.warmup} of each to warm up) "
         f"over {args.conversations} conversations from {args.concurrency} keep-alive clients; "
         f"~{REPLAY_RATE:.0%} of appends replayed with the same Idempotency-Key",
     ]
     if pg_version:
         redis = "PG+Redis rows with REDIS_URL, the others without" if args.redis else "no Redis"
-        lines.append(f"# PostgreSQL {pg_version}; uvicorn (uvloop, httptools), DJANGO_DEBUG=false, {redis}")
-    return "\n".join(lines)
+        extra.append(f"PostgreSQL {pg_version}; uvicorn (uvloop, httptools), DJANGO_DEBUG=false, {redis}")
+    return machine_header("bench/append.py", *extra)
 
 
 def fmt_ms(seconds: float) -> str:

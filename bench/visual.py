@@ -21,19 +21,15 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import io
 import os
-import platform
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -387,26 +383,12 @@ def run(turns: int, seed: int) -> dict:
 
 
 def header(args: argparse.Namespace) -> str:
-    cpu = "unknown CPU"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    from bench._common import machine_header
 
-    def git(*command: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["git", *command], cwd=REPO, capture_output=True, text=True, check=False)
-
-    commit = git("rev-parse", "--short", "HEAD").stdout.strip() or "none"
-    if git("diff", "--quiet", "HEAD").returncode == 1 or git("status", "--porcelain").stdout.strip():
-        commit += " (+uncommitted changes)"
-    return "\n".join(
-        [
-            f"# bench/visual.py  {datetime.now(UTC):%Y-%m-%d %H:%M UTC}  {platform.platform()}",
-            f"# CPU {cpu}, {os.cpu_count()} cores  Python {platform.python_version()}  commit {commit}",
-            f"# session: {args.turns} turns, 3–8 steps each, {W}×{H} PNG frames, seed {args.seed}; "
-            f"model {MODEL}; embedded SQLite, file tiers, eager Celery",
-        ]
+    return machine_header(
+        "bench/visual.py",
+        f"session: {args.turns} turns, 3–8 steps each, {W}×{H} PNG frames, seed {args.seed}; "
+        f"model {MODEL}; embedded SQLite, file tiers, eager Celery",
     )
 
 
