@@ -13,7 +13,6 @@ from django.db import transaction
 
 from context.models import ConversationContext
 from conversations.models import Conversation
-from memory.agent import memory_agent_request
 from memory.archival import archival_search
 from memory.recall import recall_messages
 from memory.rewrite import query_rewrite
@@ -77,9 +76,6 @@ def load_core_memory(state: Any) -> None:
     conversation = state.conversation
     if conversation.end_user_id is None:
         return
-    if state.request.record:
-        # The memory agent reads the exchanges completed since its last run, after this request commits.
-        memory_agent_request(conversation=conversation)
     snapshot = core_memory_snapshot_get(conversation=conversation, boundary_seq=boundary_seq(conversation))
     folded = core_memory_at(end_user_id=conversation.end_user_id, versions=snapshot.versions)
     items = []

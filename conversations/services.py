@@ -17,7 +17,7 @@ from conversations.events import event_publish
 from conversations.models import Conversation, Message, Turn
 from conversations.parts import parts_text, parts_token_text
 from conversations.serializers import MessageOutputSerializer, TurnOutputSerializer
-from conversations.signals import assistant_usage_reported
+from conversations.signals import assistant_usage_reported, exchange_completed
 from providers.tokens import count_message
 from tenants.errors import ApplicationError
 from tenants.models import Tenant
@@ -338,6 +338,8 @@ def _append_locked(
                 assistant_usage_reported.send(
                     sender=Message, conversation=conversation, message=message, usage=usage
                 )
+            if any(m.role == Message.Role.ASSISTANT and m.completed for m in to_create):
+                exchange_completed.send(sender=Message, conversation=conversation)
             for message in to_create:
                 event_publish(
                     tenant_id=locked.tenant_id,
@@ -444,6 +446,8 @@ def message_update(
             fields.append("metadata")
         if fields:
             locked.save(update_fields=fields)
+            if "completed" in fields and locked.completed and locked.role == Message.Role.ASSISTANT:
+                exchange_completed.send(sender=Message, conversation=locked.conversation)
             event_publish(
                 tenant_id=locked.conversation.tenant_id,
                 conversation_id=locked.conversation_id,

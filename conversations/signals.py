@@ -6,3 +6,7 @@ from django.dispatch import Signal
 # object; receivers may raise ApplicationError to refuse the whole append.
 # kwargs: conversation, message, usage (dict as the provider returned it)
 assistant_usage_reported = Signal()
+
+# Sent inside the write transaction when a completed assistant message closes an exchange (appended
+# completed, or a cut-off reply marked completed). kwargs: conversation
+exchange_completed = Signal()

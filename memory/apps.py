@@ -4,3 +4,6 @@ from django.apps import AppConfig
 class MemoryConfig(AppConfig):
     name = "memory"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from memory import receivers  # noqa: F401

@@ -61,17 +61,30 @@ def test_an_unfinished_exchange_waits(conversation):
     assert len(memory_agent_run(conversation=conversation).operations) == 1
 
 
-def test_a_context_call_queues_the_agent_after_commit(
+def test_a_completed_exchange_queues_the_agent_after_commit(
     owner, conversation, django_capture_on_commit_callbacks
 ):
-    append(
-        conversation,
-        {"role": "user", "content": "My timezone is Europe/Berlin."},
-        {"role": "assistant", "content": "Got it."},
-    )
     with django_capture_on_commit_callbacks(execute=True):
-        context(owner, conversation, user_message="What time is it for me?")
+        append(conversation, {"role": "user", "content": "My timezone is Europe/Berlin."})
+    assert not ArchivalMemory.objects.exists()  # no exchange completed yet: the agent has not run
+    with django_capture_on_commit_callbacks(execute=True):
+        append(conversation, {"role": "assistant", "content": "Got it."})
     assert ArchivalMemory.objects.get().subject == "timezone"
     # The next call finds the new memory.
     body = context(owner, conversation, user_message="Which timezone am I in?")
     assert "Europe/Berlin" in body["messages"][-1]["content"]
+
+
+def test_a_cut_off_reply_marked_completed_queues_the_agent(
+    owner, conversation, django_capture_on_commit_callbacks
+):
+    url = f"/api/v1/conversations/{conversation.id}/messages"
+    owner.client.post(url, {"role": "user", "content": "My timezone is Europe/Berlin."}, format="json")
+    with django_capture_on_commit_callbacks(execute=True):
+        reply = owner.client.post(
+            url, {"role": "assistant", "content": "Got", "completed": False}, format="json"
+        )
+    assert not ArchivalMemory.objects.exists()  # an incomplete reply closes no exchange
+    with django_capture_on_commit_callbacks(execute=True):
+        owner.client.patch(f"{url}/{reply.json()['id']}", {"completed": True}, format="json")
+    assert ArchivalMemory.objects.get().subject == "timezone"
