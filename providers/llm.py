@@ -107,6 +107,23 @@ def llm_config(overrides: Mapping[str, Any] | None = None) -> LLMConfig | None:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """One function call the model asked for. `arguments` is the JSON text as the model wrote it: parsing and
+    validating it is the caller's job (a model may send broken JSON or hallucinate parameters)."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def message_data(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@dataclass(frozen=True)
 class LLMReply:
     text: str
     model: str
@@ -116,10 +133,19 @@ class LLMReply:
     usage_reported: bool
     attempts: int
     elapsed_ms: float
+    # Only chat_tools() fills these; chat() keeps the text-only contract.
+    tool_calls: tuple[ToolCall, ...] = ()
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    def assistant_message(self) -> dict[str, Any]:
+        """The reply as the assistant message the next request of a tool loop must repeat."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.text or None}
+        if self.tool_calls:
+            message["tool_calls"] = [call.message_data() for call in self.tool_calls]
+        return message
 
 
 @functools.lru_cache(maxsize=32)
@@ -149,19 +175,52 @@ def _classify(exc: Exception, attempt: int) -> LLMError:
     return LLMError(f"{type(exc).__name__}: {exc}", attempts=attempt)
 
 
-def _reply_text(completion: Any, attempt: int) -> str:
+def _first_message(completion: Any, attempt: int) -> Any:
     choices = getattr(completion, "choices", None)
     if not choices:
         raise LLMBadResponse("the reply has no choices", attempts=attempt)
-    message = getattr(choices[0], "message", None)
-    text = getattr(message, "content", None)
+    return getattr(choices[0], "message", None)
+
+
+def _reply_text(completion: Any, attempt: int) -> str:
+    text = getattr(_first_message(completion, attempt), "content", None)
     if not isinstance(text, str) or not text.strip():
         raise LLMBadResponse("the reply has no text content", attempts=attempt)
     return text.strip()
 
 
+def _reply_tool_calls(completion: Any, attempt: int) -> tuple[str, tuple[ToolCall, ...]]:
+    """The text (possibly empty) and the function calls of a reply. A reply with neither is a valid "nothing
+    to do". Malformed calls are kept with what they have (an empty name, arguments as sent) so the caller can
+    report them back to the model instead of losing them."""
+    message = _first_message(completion, attempt)
+    if message is None:
+        raise LLMBadResponse("the reply has no message", attempts=attempt)
+    text = getattr(message, "content", None)
+    raw_calls = getattr(message, "tool_calls", None) or []
+    if not isinstance(raw_calls, list | tuple):
+        raise LLMBadResponse("the reply's tool_calls is not a list", attempts=attempt)
+    calls = []
+    for index, raw in enumerate(raw_calls):
+        function = getattr(raw, "function", None)
+        if function is None and isinstance(raw, Mapping):  # a gateway that sent something the SDK left raw
+            function = raw.get("function")
+        name = getattr(function, "name", None) if not isinstance(function, Mapping) else function.get("name")
+        arguments = (
+            getattr(function, "arguments", None)
+            if not isinstance(function, Mapping)
+            else function.get("arguments")
+        )
+        if not isinstance(arguments, str):
+            # Some Ollama versions send the arguments as an object rather than JSON text.
+            arguments = json.dumps(arguments) if isinstance(arguments, dict) else ""
+        call_id = getattr(raw, "id", None) or (raw.get("id") if isinstance(raw, Mapping) else None)
+        calls.append(ToolCall(id=str(call_id or f"call_{index}"), name=str(name or ""), arguments=arguments))
+    return (text.strip() if isinstance(text, str) else ""), tuple(calls)
+
+
 def _usage(
-    completion: Any, messages: Sequence[Mapping[str, str]], text: str, model: str
+    completion: Any, messages: Sequence[Mapping[str, Any]], text: str, model: str
 ) -> tuple[int, int, bool]:
     usage = getattr(completion, "usage", None)
     prompt = getattr(usage, "prompt_tokens", None)
@@ -174,16 +233,16 @@ def _usage(
     return count_chat(list(messages), model=model), count_text(text, model=model), False
 
 
-def chat(
+def _complete(
     config: LLMConfig | None,
-    messages: Sequence[Mapping[str, str]],
+    messages: Sequence[Mapping[str, Any]],
     *,
-    max_tokens: int,
-    temperature: float = 0.0,
-    sleep: Callable[[float], None] = time.sleep,
+    parse: Callable[[Any, int], tuple[str, tuple[ToolCall, ...]]],
+    sleep: Callable[[float], None],
+    **request: Any,
 ) -> LLMReply:
-    """One chat completion, retried with exponential backoff (with jitter) on timeouts, connection errors,
-    429 and 5xx; a 4xx or a malformed reply fails at once. Raises an LLMError subclass."""
+    """The retry loop both calls share: exponential backoff (with jitter) on timeouts, connection errors,
+    429 and 5xx; a 4xx or a malformed reply fails at once."""
     if config is None:
         raise LLMNotConfigured("no LLM endpoint is configured")
     client = _client(config.base_url, config.api_key, config.timeout)
@@ -192,15 +251,13 @@ def chat(
     for attempt in range(1, attempts + 1):
         try:
             completion = client.chat.completions.create(
-                model=config.model,
-                messages=list(messages),
-                max_tokens=max_tokens,
-                temperature=temperature,
+                model=config.model, messages=list(messages), **request
             )
             if isinstance(completion, str):  # a non-JSON content type comes back as the raw text
                 raise LLMBadResponse("the reply is not JSON", attempts=attempt)
-            text = _reply_text(completion, attempt)
-            prompt_tokens, completion_tokens, reported = _usage(completion, messages, text, config.model)
+            text, tool_calls = parse(completion, attempt)
+            counted = text + "".join(call.name + call.arguments for call in tool_calls)
+            prompt_tokens, completion_tokens, reported = _usage(completion, messages, counted, config.model)
             return LLMReply(
                 text=text,
                 model=str(getattr(completion, "model", None) or config.model),
@@ -209,6 +266,7 @@ def chat(
                 usage_reported=reported,
                 attempts=attempt,
                 elapsed_ms=round((time.perf_counter() - started) * 1000, 1),
+                tool_calls=tool_calls,
             )
         except LLMError:
             raise
@@ -225,3 +283,48 @@ def chat(
             )
             sleep(delay)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def chat(
+    config: LLMConfig | None,
+    messages: Sequence[Mapping[str, str]],
+    *,
+    max_tokens: int,
+    temperature: float = 0.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> LLMReply:
+    """One chat completion, retried with exponential backoff (with jitter) on timeouts, connection errors,
+    429 and 5xx; a 4xx or a malformed reply fails at once. Raises an LLMError subclass."""
+    return _complete(
+        config,
+        messages,
+        parse=lambda completion, attempt: (_reply_text(completion, attempt), ()),
+        sleep=sleep,
+        max_tokens=max_tokens,
+        temperature=temperature,
+    )
+
+
+def chat_tools(
+    config: LLMConfig | None,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    tools: Sequence[Mapping[str, Any]],
+    max_tokens: int,
+    temperature: float = 0.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> LLMReply:
+    """One chat completion that may call the given OpenAI function tools (`tool_choice` auto). The reply's
+    `tool_calls` are returned unexecuted and unvalidated; `text` may be empty. Same retries, timeouts and
+    errors as chat(). `messages` may hold the assistant tool-call messages and `tool` results of earlier
+    rounds (LLMReply.assistant_message() gives the former)."""
+    return _complete(
+        config,
+        messages,
+        parse=_reply_tool_calls,
+        sleep=sleep,
+        tools=list(tools),
+        tool_choice="auto",
+        max_tokens=max_tokens,
+        temperature=temperature,
+    )

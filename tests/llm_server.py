@@ -6,10 +6,18 @@ the real `openai` package. Each test scripts what the next requests get:
     llm_server.requests                         # JSON bodies received, in order
 
 Behaviours: good, slow (sleeps `slow_seconds`, then good), 500, 429, 401, malformed (200 with a body that
-is not JSON), empty (200 JSON without choices), no_usage (good, without a usage object). Unscripted
-requests get `default` (good)."""
+is not JSON), empty (200 JSON without choices), no_usage (good, without a usage object), close (the
+connection is closed without an answer). Unscripted requests get `default` (good).
 
+A scripted dict is one reply with tool calls (and optional text), for the memory agent's tool loop:
+
+    llm_server.script(tool_reply(tool_call("core_memory_append", {"label": "profile", "content": "…"})))
+    llm_server.script(tool_reply(text="nothing to remember"))      # a reply without tool calls
+    tool_call("x", "{not json")                                     # arguments sent verbatim when a str"""
+
+import itertools
 import json
+import socket
 import threading
 import time
 from collections import deque
@@ -19,10 +27,29 @@ from typing import Any
 
 import pytest
 
+_call_ids = itertools.count(1)
+
+
+def tool_call(name: str, arguments: dict[str, Any] | str, *, call_id: str | None = None) -> dict[str, Any]:
+    """One function call as an OpenAI chat completion carries it (arguments JSON-encoded unless a str)."""
+    return {
+        "id": call_id or f"call_{next(_call_ids)}",
+        "type": "function",
+        "function": {
+            "name": name,
+            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+        },
+    }
+
+
+def tool_reply(*calls: dict[str, Any], text: str | None = None) -> dict[str, Any]:
+    """A scripted reply: the assistant message with these tool calls (none: a plain text reply)."""
+    return {"content": text, "tool_calls": list(calls)}
+
 
 class LLMServer:
     def __init__(self) -> None:
-        self.queue: deque[str] = deque()
+        self.queue: deque[str | dict[str, Any]] = deque()
         self.default = "good"
         self.reply = "Summary: the user asked for a report."
         self.slow_seconds = 2.0
@@ -58,18 +85,25 @@ class LLMServer:
         host, port = self.httpd.server_address[:2]
         return f"http://{host}:{port}/v1"
 
-    def script(self, *behaviours: str) -> None:
+    def script(self, *behaviours: str | dict[str, Any]) -> None:
         with self.lock:
             self.queue.extend(behaviours)
 
-    def _completion(self, body: dict[str, Any], *, usage: bool = True) -> dict[str, Any]:
+    def _completion(
+        self, body: dict[str, Any], *, usage: bool = True, message: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        message = message or {"role": "assistant", "content": self.reply}
         out: dict[str, Any] = {
             "id": "chatcmpl-test",
             "object": "chat.completion",
             "created": 1700000000,
             "model": body.get("model", "test-model"),
             "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": self.reply}, "finish_reason": "stop"}
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+                }
             ],
         }
         if usage:
@@ -80,12 +114,30 @@ class LLMServer:
             }
         return out
 
-    def respond(self, handler: BaseHTTPRequestHandler, behaviour: str, body: dict[str, Any]) -> None:
+    def respond(
+        self, handler: BaseHTTPRequestHandler, behaviour: str | dict[str, Any], body: dict[str, Any]
+    ) -> None:
         status, payload, content_type = 200, b"", "application/json"
+        if isinstance(behaviour, dict):
+            message = {"role": "assistant", "content": behaviour.get("content")}
+            if behaviour.get("tool_calls"):
+                message["tool_calls"] = behaviour["tool_calls"]
+            payload = json.dumps(self._completion(body, message=message)).encode()
+            behaviour = "scripted"  # the payload is ready
+        if behaviour == "close":
+            handler.close_connection = True
+            try:
+                handler.wfile.flush()
+                handler.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return
         if behaviour == "slow":
             time.sleep(self.slow_seconds)
             behaviour = "good"
-        if behaviour == "good":
+        if behaviour == "scripted":
+            pass
+        elif behaviour == "good":
             payload = json.dumps(self._completion(body)).encode()
         elif behaviour == "no_usage":
             payload = json.dumps(self._completion(body, usage=False)).encode()
