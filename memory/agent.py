@@ -531,7 +531,9 @@ def _llm_plan(*, config: LLMConfig, conversation: Conversation, batch: _Batch, r
                 result = {"error": {"code": refused.code, "message": refused.message}}
             if call.name == "archival_memory_search":
                 needs_answer = True
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)})
+            messages.append(
+                {"role": "tool", "tool_call_id": call.id, "content": json.dumps(result, ensure_ascii=False)}
+            )
         # Only a search result or an error gives the model something new to act on; a round of accepted
         # writes ends the loop without paying for another call.
         if not needs_answer:
@@ -614,6 +616,14 @@ def _plan_apply(plan: _Plan, *, conversation: Conversation, run: AgentRun) -> No
     end_user = conversation.end_user
     stale: set[str] = set()
     run.errors.extend(plan.errors)
+    if plan.errors:
+        logger.info(
+            "memory agent for %s: %d invalid tool call(s) from %s: %s",
+            conversation.id,
+            len(plan.errors),
+            plan.model,
+            ", ".join(e["code"] for e in plan.errors),
+        )
     for write in plan.writes:
         if write.label and write.label in stale:
             # Later edits of a block that changed under us were computed from the old text too.

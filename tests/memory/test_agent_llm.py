@@ -355,3 +355,42 @@ def test_a_conversation_without_a_completed_exchange_calls_no_model(conversation
     run = memory_agent_run(conversation=conversation)
     assert (run.operations, llm_server.requests) == ([], [])
     assert Message.objects.filter(conversation=conversation).count() == 2
+
+
+def test_an_update_with_empty_new_text_deletes_the_line(conversation, llm_settings, llm_server):
+    core_memory_write(
+        end_user=conversation.end_user, label="profile", value="Name: Ali\nRole: SRE\nTeam: payments"
+    )
+    append(
+        conversation,
+        {"role": "user", "content": "I left the SRE role."},
+        {"role": "assistant", "content": "Understood."},
+    )
+    llm_server.script(
+        tool_reply(
+            tool_call("core_memory_update", {"label": "profile", "old_text": "Role: SRE", "new_text": ""})
+        )
+    )
+    run = memory_agent_run(conversation=conversation)
+    assert run.errors == []
+    assert block("profile").value == "Name: Ali\nTeam: payments"
+    op = agent_ops().get()
+    assert (op.op, op.old_value, op.new_value) == (
+        "core_memory_update",
+        "Name: Ali\nRole: SRE\nTeam: payments",
+        "Name: Ali\nTeam: payments",
+    )
+
+
+def test_the_tool_loop_is_bounded(conversation, llm_settings, llm_server):
+    append(
+        conversation,
+        {"role": "user", "content": "What did I say about my editor?"},
+        {"role": "assistant", "content": "Let me check."},
+    )
+    search = tool_reply(tool_call("archival_memory_search", {"query": "editor"}))
+    llm_server.script(*[search] * 6)  # a model that never stops searching
+    run = memory_agent_run(conversation=conversation)
+    assert len(llm_server.requests) == agent_module.MAX_ROUNDS == run.rounds
+    assert any("still calling tools after 4 rounds" in note for note in run.notes)
+    assert MemoryAgentCursor.objects.get(conversation=conversation).last_seq == 2
