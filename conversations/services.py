@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
+from django.http import Http404
 from django.utils import timezone
 from rest_framework import status
 
@@ -245,6 +246,50 @@ def message_append_batch(
         raise
 
 
+def _reserve_seqs(conversation: Conversation, count: int, now: Any) -> int:
+    """Lock the conversation row and move last_seq past `count` new messages in one statement (the lock
+    and the counter in one round trip: appends are the hottest write). Returns the seq before them."""
+    quote = connection.ops.quote_name
+    table = quote(Conversation._meta.db_table)
+    pk = Conversation._meta.pk.get_db_prep_value(conversation.pk, connection)
+    stamp = Conversation._meta.get_field("updated_at").get_db_prep_value(now, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            # Table and column names come from the models; every value is a parameter.
+            f"UPDATE {table} SET {quote('last_seq')} = {quote('last_seq')} + %s, "  # noqa: S608
+            f"{quote('updated_at')} = %s WHERE {quote('id')} = %s RETURNING {quote('last_seq')}",
+            [count, stamp, pk],
+        )
+        row = cursor.fetchone()
+    if row is None:  # deleted since the request fetched it
+        raise Http404
+    return row[0] - count
+
+
+def _append_context(conversation: Conversation, keys: list[str]) -> tuple[Any, bool]:
+    """The active turn and whether any of the keys was used before, read in one statement under the lock
+    (after it, so a writer we waited for is seen)."""
+    quote = connection.ops.quote_name
+    pk = Conversation._meta.pk.get_db_prep_value(conversation.pk, connection)
+    turns, messages = quote(Turn._meta.db_table), quote(Message._meta.db_table)
+    seen = "0"
+    params: list[Any] = [pk, Turn.Status.ACTIVE]
+    if keys:
+        seen = (
+            f"(SELECT COUNT(*) FROM {messages} WHERE {quote('conversation_id')} = %s "  # noqa: S608
+            f"AND {quote('idempotency_key')} IN ({', '.join(['%s'] * len(keys))}))"
+        )
+        params += [pk, *keys]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT (SELECT {quote('id')} FROM {turns} WHERE {quote('conversation_id')} = %s "  # noqa: S608
+            f"AND {quote('status')} = %s ORDER BY {quote('index')} DESC LIMIT 1), {seen}",
+            params,
+        )
+        turn_id, seen_count = cursor.fetchone()
+    return (Turn._meta.pk.to_python(turn_id) if turn_id is not None else None), bool(seen_count)
+
+
 def _append_locked(
     conversation: Conversation,
     prepared: list[dict[str, Any]],
@@ -252,31 +297,30 @@ def _append_locked(
     intake: visual.IntakeState | None,
 ) -> list[AppendResult]:
     with transaction.atomic():
-        locked = _lock_for_append(conversation)
+        now = timezone.now()
+        first_seq = _reserve_seqs(conversation, len(prepared), now)
         present_keys = [k for k in keys if k is not None]
+        active_turn_id, any_seen = _append_context(conversation, present_keys)
         existing = (
             {
                 m.idempotency_key: m
-                for m in Message.objects.filter(conversation=locked, idempotency_key__in=present_keys)
+                for m in Message.objects.filter(conversation=conversation, idempotency_key__in=present_keys)
             }
-            if present_keys
+            if any_seen
             else {}
         )
         turn_ids = {row["turn_id"] for row in prepared if row["turn_id"] is not None}
         turns = (
-            {t.id: t for t in Turn.objects.filter(conversation=locked, id__in=turn_ids)} if turn_ids else {}
+            {t.id: t for t in Turn.objects.filter(conversation=conversation, id__in=turn_ids)}
+            if turn_ids
+            else {}
         )
-        active_turn_id = None
-        if any(row["turn_id"] is None for row in prepared):
-            active_turn_id = (
-                Turn.objects.filter(conversation=locked, status=Turn.Status.ACTIVE)
-                .values_list("id", flat=True)
-                .first()
-            )
         parent_ids = {row["parent_id"] for row in prepared if row["parent_id"] is not None}
         if parent_ids:
             found = set(
-                Message.objects.filter(conversation=locked, id__in=parent_ids).values_list("id", flat=True)
+                Message.objects.filter(conversation=conversation, id__in=parent_ids).values_list(
+                    "id", flat=True
+                )
             )
             if parent_ids - found:
                 raise ApplicationError(
@@ -286,8 +330,7 @@ def _append_locked(
         results: list[AppendResult | None] = []
         usages: list[tuple[Message, dict[str, Any]]] = []
         to_create: list[Message] = []
-        now = timezone.now()
-        seq = locked.last_seq
+        seq = first_seq
         for index, row in enumerate(prepared):
             key = row["idempotency_key"]
             if key is not None and key in existing:
@@ -321,7 +364,9 @@ def _append_locked(
             else:
                 turn_id = active_turn_id
             seq += 1
-            message = Message(conversation_id=locked.id, seq=seq, turn_id=turn_id, created_at=now, **row)
+            message = Message(
+                conversation_id=conversation.pk, seq=seq, turn_id=turn_id, created_at=now, **row
+            )
             if intake is not None and images.has_new:
                 message.token_count += visual.intake_store(
                     state=intake, message=message, message_images=images, model=conversation.model
@@ -331,9 +376,13 @@ def _append_locked(
             if usage is not None:
                 usages.append((message, usage))
 
-        if to_create:
+        if not to_create:
+            # Only replays: undo the reservation (and the updated_at it touched).
+            transaction.set_rollback(True)
+        else:
             Message.objects.bulk_create(to_create)
-            Conversation.objects.filter(pk=locked.pk).update(last_seq=seq, updated_at=now)
+            if seq != first_seq + len(prepared):  # some were replays: give back their seqs
+                Conversation.objects.filter(pk=conversation.pk).update(last_seq=seq)
             for message, usage in usages:
                 assistant_usage_reported.send(
                     sender=Message, conversation=conversation, message=message, usage=usage
@@ -342,8 +391,8 @@ def _append_locked(
                 exchange_completed.send(sender=Message, conversation=conversation)
             for message in to_create:
                 event_publish(
-                    tenant_id=locked.tenant_id,
-                    conversation_id=locked.id,
+                    tenant_id=conversation.tenant_id,
+                    conversation_id=conversation.pk,
                     event="message.appended",
                     data=MessageOutputSerializer(message).data,
                 )
