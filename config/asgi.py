@@ -1,24 +1,69 @@
-"""ASGI entry point: HTTP through Django, WebSockets through Channels under /ws/."""
+"""ASGI entry point: HTTP through Django's WSGI handler on a fixed pool of threads, WebSockets through
+Channels under /ws/, both in one server process.
 
+The API's views are synchronous (DRF). Under Django's ASGI handler every request would get a thread of its
+own, created and joined per request, and hop between the event loop and that thread once per middleware; on
+two cores that cost as much as the view itself (bench/append.py). a2wsgi runs the plain WSGI handler on
+reused threads instead, and the event loop only carries bytes."""
+
+import asyncio
+import json
 import os
+from typing import Any
 
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
-from django.core.asgi import get_asgi_application
+from a2wsgi import WSGIMiddleware
+from django.contrib.staticfiles.handlers import StaticFilesHandler
+from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.django.local")
 
 # Django must be set up before anything imports models (the WebSocket routes do).
-django_asgi_app = get_asgi_application()
+django_wsgi_app = get_wsgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.conf import settings  # noqa: E402
 
+from conversations.events import events_bind_loop  # noqa: E402
 from conversations.routing import websocket_urlpatterns  # noqa: E402
+
+
+class ThreadedHttp:
+    """HTTP requests on MNEMO_HTTP_THREADS reused threads. The server's event loop is handed to the event
+    publisher, so events raised on those threads reach this process's sockets (and the in-memory channel
+    layer, whose queues belong to this loop)."""
+
+    def __init__(self, wsgi_app: Any, threads: int) -> None:
+        # Static files (the admin's, Swagger UI's) are answered before Django's middleware.
+        self.app = WSGIMiddleware(StaticFilesHandler(wsgi_app), workers=threads)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        events_bind_loop(asyncio.get_running_loop())
+        headers = dict(scope.get("headers") or ())
+        if b"chunked" in headers.get(b"transfer-encoding", b"").lower() and b"content-length" not in headers:
+            # The WSGI handler reads Content-Length bytes: a chunked body would arrive empty.
+            await _refuse_length_required(send)
+            return
+        await self.app(scope, receive, send)
+
+
+async def _refuse_length_required(send: Any) -> None:
+    body = json.dumps(
+        {
+            "error": {
+                "code": "length_required",
+                "message": "Send the body with a Content-Length header (a chunked body is not read).",
+                "extra": {},
+            }
+        }
+    ).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 411, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
 
 application = ProtocolTypeRouter(
     {
-        # Static files (the admin's, Swagger UI's) are answered before Django's middleware: a sync-only
-        # static middleware in the chain made every API request switch between async and sync twice.
-        "http": ASGIStaticFilesHandler(django_asgi_app),
+        "http": ThreadedHttp(django_wsgi_app, settings.MNEMO_HTTP_THREADS),
         # No Origin check: sockets authenticate with an API key, not a cookie, so a foreign page cannot
         # ride on a user's session; non-browser clients send no Origin at all.
         "websocket": URLRouter(websocket_urlpatterns),

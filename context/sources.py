@@ -149,6 +149,8 @@ def load_retrieval(state: Any) -> None:
         query=query,
         task_state=getattr(state, "task_state", None),
     )
+    for degradation in rewrite.degradations:
+        state.degrade("rewrite", degradation["code"], degradation["message"])
     query = rewrite.query
     items = []
     if conversation.end_user_id is not None and archival_exists(end_user_id=conversation.end_user_id):

@@ -3,7 +3,6 @@ render; every object is fetched through the caller's tenant."""
 
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -351,17 +350,11 @@ class TranscriptExportApi(APIView):
     )
     def get(self, request: Any, conversation_id: str) -> StreamingHttpResponse:
         conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
-        chunks = transcript_export(conversation)
-
-        # An async iterator so the ASGI server streams page by page instead of buffering the whole file.
-        async def stream() -> Any:
-            while True:
-                chunk = await sync_to_async(next)(chunks, None)
-                if chunk is None:
-                    return
-                yield chunk
-
-        response = StreamingHttpResponse(stream(), content_type="application/x-ndjson; charset=utf-8")
+        # Served through the WSGI handler (config/asgi.py): the server sends page by page as the iterator
+        # yields, on the request's thread.
+        response = StreamingHttpResponse(
+            transcript_export(conversation), content_type="application/x-ndjson; charset=utf-8"
+        )
         response["Content-Disposition"] = f'attachment; filename="{conversation.id}.jsonl"'
         return response
 

@@ -1,6 +1,8 @@
 """Events to WebSocket clients of a conversation. They are sent after the transaction commits, never
 before the data they describe is visible."""
 
+import asyncio
+import collections
 import logging
 from typing import Any
 
@@ -49,12 +51,46 @@ def event_publish(*, tenant_id: Any, conversation_id: Any, event: str, data: dic
     transaction.on_commit(lambda: _send(group, message))
 
 
+# The server's event loop, when this process serves sockets (config/asgi.py binds it). Events raised on the
+# HTTP threads are handed to it instead of each starting an event loop of its own (a thread per event with
+# async_to_sync), and they leave in the order they were raised. Touched only on that loop's thread.
+_server_loop: asyncio.AbstractEventLoop | None = None
+_outbox: collections.deque[tuple[Any, str, dict[str, Any]]] = collections.deque()
+_drainer: asyncio.Task[None] | None = None
+
+
+def events_bind_loop(loop: asyncio.AbstractEventLoop) -> None:
+    global _server_loop
+    _server_loop = loop
+
+
 def _send(group: str, message: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
+    loop = _server_loop
+    if loop is not None and loop.is_running():
+        loop.call_soon_threadsafe(_enqueue, layer, group, message)
+        return
+    # Celery workers, management commands, tests: no server loop in this process.
     try:
         async_to_sync(layer.group_send)(group, message)
     except Exception:
         # The data is committed; a lost notification must not turn a stored write into a 500.
         logger.exception("could not publish %s to %s", message["event"], group)
+
+
+def _enqueue(layer: Any, group: str, message: dict[str, Any]) -> None:
+    global _drainer
+    _outbox.append((layer, group, message))
+    if _drainer is None or _drainer.done():
+        _drainer = asyncio.get_running_loop().create_task(_drain())
+
+
+async def _drain() -> None:
+    while _outbox:
+        layer, group, message = _outbox.popleft()
+        try:
+            await layer.group_send(group, message)
+        except Exception:
+            logger.exception("could not publish %s to %s", message["event"], group)

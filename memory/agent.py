@@ -766,25 +766,27 @@ def _apply_rules(
         return
 
 
+def memory_agent_queued_key(conversation_id: Any) -> str:
+    return f"mnemo:memory-agent:queued:{conversation_id}"
+
+
 def memory_agent_request(*, conversation: Conversation) -> bool:
-    """Queue a run after the current transaction commits when an exchange completed since the cursor."""
+    """Queue a run for after the current transaction commits, MNEMO_MEMORY_AGENT_DELAY_SECONDS later.
+    Exchanges completed while a run is queued are left to it: the run reads everything since its cursor, so
+    one run (and one model call) serves a burst, and an append costs one cache operation, not a query.
+    The run clears the mark when it starts, so an exchange completed after that queues the next run."""
     if conversation.end_user_id is None:
         return False
-    cursor_seq = (
-        MemoryAgentCursor.objects.filter(conversation=conversation).values_list("last_seq", flat=True).first()
-        or 0
-    )
-    pending = Message.objects.filter(
-        conversation=conversation,
-        kind=Message.Kind.MESSAGE,
-        role=Message.Role.ASSISTANT,
-        completed=True,
-        seq__gt=cursor_seq,
-    ).exists()
-    if not pending:
+    delay = settings.MNEMO_MEMORY_AGENT_DELAY_SECONDS
+    # The mark outlives the countdown so a slow queue does not pile up runs; a lost run is replaced once
+    # it expires.
+    if not cache.add(memory_agent_queued_key(conversation.pk), 1, timeout=delay + 300):
         return False
     from memory.tasks import memory_agent_conversation
 
     conversation_id = str(conversation.id)
-    transaction.on_commit(lambda: memory_agent_conversation.delay(conversation_id), robust=True)
+    transaction.on_commit(
+        lambda: memory_agent_conversation.apply_async((conversation_id,), countdown=delay or None),
+        robust=True,
+    )
     return True

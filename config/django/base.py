@@ -71,7 +71,10 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "config.urls"
 ASGI_APPLICATION = "config.asgi.application"
-WSGI_APPLICATION = None
+WSGI_APPLICATION = "config.wsgi.application"
+# Threads per server process that run HTTP requests (config/asgi.py); each holds at most one database
+# connection from the pool, so keep it at or below MNEMO_DB_POOL_MAX.
+MNEMO_HTTP_THREADS = env_int("MNEMO_HTTP_THREADS", 8, minimum=1)
 
 TEMPLATES = [
     {
@@ -94,8 +97,8 @@ DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
     DATABASES = {"default": env.db_url_config(DATABASE_URL)}
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-        # ASGI runs sync views on worker threads, so persistent connections would leak; psycopg's pool
-        # gives the reuse without that.
+        # Requests, Celery tasks and socket handlers run on threads of their own; psycopg's pool gives them
+        # connection reuse without a persistent connection per thread.
         DATABASES["default"]["CONN_MAX_AGE"] = 0
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": env_int("MNEMO_DB_POOL_MIN", 2, minimum=1),
@@ -168,6 +171,8 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 # Task state: fold a conversation's events into its base once this many are pending or the oldest is this old.
+# The memory agent runs this long after the exchange that queued it, for every exchange completed meanwhile.
+MNEMO_MEMORY_AGENT_DELAY_SECONDS = env_int("MNEMO_MEMORY_AGENT_DELAY_SECONDS", 10, minimum=0)
 MNEMO_STATE_FOLD_MIN_EVENTS = env_int("MNEMO_STATE_FOLD_MIN_EVENTS", 50, minimum=1)
 MNEMO_STATE_FOLD_MIN_AGE_SECONDS = env_int("MNEMO_STATE_FOLD_MIN_AGE_SECONDS", 300, minimum=0)
 CELERY_TIMEZONE = "UTC"
@@ -243,6 +248,8 @@ MNEMO_MAX_MESSAGE_BYTES = env_int("MNEMO_MAX_MESSAGE_BYTES", 256 * 1024, minimum
 MNEMO_MAX_BATCH_MESSAGES = env_int("MNEMO_MAX_BATCH_MESSAGES", 100, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MNEMO_MAX_REQUEST_BYTES", 16 * 1024 * 1024, minimum=1024)
 MNEMO_DEFAULT_MODEL = env_str("MNEMO_DEFAULT_MODEL", "gpt-4o")
+# The LLM query rewrite is on the request path: one attempt, this long at most (memory/rewrite.py).
+MNEMO_QUERY_REWRITE_TIMEOUT_MS = env_int("MNEMO_QUERY_REWRITE_TIMEOUT_MS", 2000, minimum=100)
 # Kept frames of ended turns (anchor, result, errors) render at OpenAI's low detail ("low") or as sent
 # ("keep"); a tenant's settings.history_image_detail wins.
 MNEMO_HISTORY_IMAGE_DETAIL = env_str("MNEMO_HISTORY_IMAGE_DETAIL", "low")

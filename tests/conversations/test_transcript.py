@@ -6,7 +6,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from asgiref.sync import async_to_sync
 from django.test import override_settings
 
 from conversations.models import Conversation, Message, Turn
@@ -31,12 +30,9 @@ def export_url(conversation_id: Any) -> str:
 
 
 def read_stream(response) -> bytes:
-    """The body of a streamed response; the export streams from an async iterator."""
-
-    async def collect() -> bytes:
-        return b"".join([chunk async for chunk in response.streaming_content])
-
-    return async_to_sync(collect)()
+    """The body of a streamed response."""
+    assert response.streaming
+    return b"".join(response.streaming_content)
 
 
 def export(client, conversation_id: Any) -> bytes:

@@ -6,6 +6,7 @@ with sync_to_async. Transactions are real (transaction=True), so on_commit fires
 The same tests run on the in-memory channel layer and, with REDIS_URL set, on channels_redis."""
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import channel_layers, get_channel_layer
-from channels.testing import WebsocketCommunicator
+from channels.testing import HttpCommunicator, WebsocketCommunicator
 from django.conf import settings
 from django.db import connection, transaction
 
@@ -397,3 +398,59 @@ def test_idle_socket_outlives_the_redis_read_timeout(owner, conversation):
             assert (await next_event(socket))["data"]["content"] == "still there?"
 
     run(scenario)
+
+
+# --- the server's own HTTP path ----------------------------------------------------------------------------
+
+
+def test_appends_over_the_servers_http_path_reach_the_socket_in_order(owner, conversation):
+    """HTTP runs on the server's request threads (config/asgi.py); their events are handed to the server's
+    event loop, which owns the sockets (and the in-memory layer's queues), and leave in order."""
+
+    async def post(content: str) -> int:
+        body = json.dumps({"role": "user", "content": content}).encode()
+        request = HttpCommunicator(
+            application,
+            "POST",
+            f"/api/v1/conversations/{conversation.id}/messages",
+            body=body,
+            headers=[
+                (b"host", b"testserver"),
+                (b"authorization", f"Bearer {owner.raw_key}".encode()),
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        )
+        return (await request.get_response(timeout=EVENT_TIMEOUT))["status"]
+
+    async def scenario():
+        async with open_socket(conversation.id, key=owner.raw_key) as socket:
+            assert [await post(text) for text in ("one", "two", "three")] == [201, 201, 201]
+            received = [(await next_event(socket))["data"]["content"] for _ in range(3)]
+            assert received == ["one", "two", "three"]
+            assert await socket.receive_nothing(timeout=QUIET)
+
+    run(scenario)
+
+
+def test_a_body_without_a_length_is_refused_with_411(owner, conversation):
+    """Django's WSGI handler reads Content-Length bytes; a chunked body without it would read as empty."""
+
+    async def scenario():
+        request = HttpCommunicator(
+            application,
+            "POST",
+            f"/api/v1/conversations/{conversation.id}/messages",
+            body=b'{"role": "user", "content": "hi"}',
+            headers=[
+                (b"host", b"testserver"),
+                (b"authorization", f"Bearer {owner.raw_key}".encode()),
+                (b"transfer-encoding", b"chunked"),
+            ],
+        )
+        response = await request.get_response(timeout=EVENT_TIMEOUT)
+        assert response["status"] == 411
+        assert json.loads(response["body"])["error"]["code"] == "length_required"
+
+    run(scenario)
+    assert not Message.objects.filter(conversation=conversation).exists()

@@ -88,3 +88,32 @@ def test_a_cut_off_reply_marked_completed_queues_the_agent(
     with django_capture_on_commit_callbacks(execute=True):
         owner.client.patch(f"{url}/{reply.json()['id']}", {"completed": True}, format="json")
     assert ArchivalMemory.objects.get().subject == "timezone"
+
+
+def test_a_burst_of_exchanges_queues_one_delayed_run_that_reads_them_all(
+    conversation, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    from memory import tasks
+
+    settings.MNEMO_MEMORY_AGENT_DELAY_SECONDS = 10
+    queued = []
+    monkeypatch.setattr(
+        tasks.memory_agent_conversation,
+        "apply_async",
+        lambda args, countdown: queued.append((args, countdown)),
+    )
+    for fact in ("My editor is Helix.", "My shell is fish."):
+        with django_capture_on_commit_callbacks(execute=True):
+            append(
+                conversation, {"role": "user", "content": fact}, {"role": "assistant", "content": "Noted."}
+            )
+    # One run, 10 s after the first exchange; the second exchange is left to it.
+    assert queued == [((str(conversation.id),), 10)]
+    assert tasks.memory_agent_conversation(str(conversation.id)) == 2
+    assert set(ArchivalMemory.objects.values_list("subject", flat=True)) == {"editor", "shell"}
+    # The run cleared its mark: the next exchange queues the next run.
+    with django_capture_on_commit_callbacks(execute=True):
+        append(
+            conversation, {"role": "user", "content": "Thanks."}, {"role": "assistant", "content": "Sure."}
+        )
+    assert len(queued) == 2

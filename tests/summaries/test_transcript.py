@@ -4,7 +4,6 @@ imported conversation's context is the same prompt (its segments are rebuilt fro
 import json
 
 import pytest
-from asgiref.sync import async_to_sync
 
 from conversations.models import Conversation, Message
 from summaries.models import SummarySegment
@@ -19,10 +18,7 @@ def export(actor, conversation) -> bytes:
     response = actor.client.get(f"/api/v1/conversations/{conversation.id}/transcript.jsonl")
     assert response.status_code == 200
 
-    async def collect() -> bytes:  # the export streams from an async iterator
-        return b"".join([chunk async for chunk in response.streaming_content])
-
-    return async_to_sync(collect)()
+    return b"".join(response.streaming_content)
 
 
 def import_(actor, data: bytes) -> Conversation:
