@@ -1,17 +1,31 @@
 """Archival memory: facts and episodes of an end user with embeddings. Insert merges near-duplicates instead
 of piling them up; a fact about the same subject as an older one invalidates it (kept, marked, left out of
-search); search fuses lexical (BM25) and exact vector (numpy) rankings with RRF (k = 60)."""
+search); search fuses lexical (the database's full-text index, re-ranked by BM25) and exact vector (numpy)
+rankings with RRF (k = 60)."""
 
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from conversations.models import Conversation
-from memory.lexical import bm25_rank, jaccard, rrf
+from memory.lexical import (
+    MEMORIES,
+    atom_shares,
+    backend,
+    bm25_rank,
+    fts5_query,
+    jaccard,
+    rrf,
+    scope_token,
+    search_phrases,
+    token_shares,
+    tsquery,
+)
 from memory.models import Actor, ArchivalMemory, MemoryOperation
 from memory.services import operation_log
 from providers.embeddings import embed, from_bytes, to_bytes
@@ -221,31 +235,104 @@ class SearchOutcome:
 
 
 def archival_search(*, end_user: EndUser, query: str, limit: int = 10, candidates: int = 50) -> SearchOutcome:
-    """Hybrid search over the user's live memories: BM25 and exact cosine rankings fused with RRF."""
-    memories = list(_live(end_user).order_by("-created_at")[:SEARCH_SCAN_LIMIT])
-    if not memories or not query.strip():
+    """Hybrid search over the user's live memories: the lexical ranking (the database's full-text index,
+    re-ranked by BM25) and the exact cosine ranking (numpy over the stored vectors) fused with RRF."""
+    if not query.strip():
         return SearchOutcome([], "lexical")
-    lexical = [i for i, _ in bm25_rank(query, [m.content for m in memories])[:candidates]]
-    vector_ranking: list[int] = []
+    lexical = _lexical_ranking(end_user, query, candidates)
+    vector_ranking: list[Any] = []
     degradations = []
     vectors, model = embed([query])
     if vectors is None:
         degradations.append({"code": "embeddings_unavailable", "message": f"Lexical search only: {model}"})
     else:
-        indexed = [
-            i for i, m in enumerate(memories) if m.embedding is not None and m.embedding_model == model
-        ]
-        if indexed:
-            matrix = np.stack([from_bytes(memories[i].embedding) for i in indexed])
+        rows = list(
+            _live(end_user)
+            .filter(embedding__isnull=False, embedding_model=model)
+            .order_by("-created_at")
+            .values_list("id", "embedding")[:SEARCH_SCAN_LIMIT]
+        )
+        if rows:
+            matrix = np.stack([from_bytes(embedding) for _, embedding in rows])
             sims = matrix @ vectors[0]
             order = np.argsort(-sims, kind="stable")[:candidates]
-            vector_ranking = [indexed[j] for j in order]
+            vector_ranking = [rows[j][0] for j in order]
+    if not lexical and not vector_ranking:
+        return SearchOutcome([], "hybrid" if vectors is not None else "lexical", degradations)
     fused = rrf(lexical, vector_ranking)
-    lexical_pos = {i: r for r, i in enumerate(lexical, start=1)}
-    vector_pos = {i: r for r, i in enumerate(vector_ranking, start=1)}
-    best = sorted(fused, key=lambda i: (-fused[i], i))[:limit]
-    hits = [SearchHit(memories[i], round(fused[i], 6), lexical_pos.get(i), vector_pos.get(i)) for i in best]
+    lexical_pos = {key: r for r, key in enumerate(lexical, start=1)}
+    vector_pos = {key: r for r, key in enumerate(vector_ranking, start=1)}
+    # Ties (same fused score) go to the lexical order, then the vector order.
+    tie = {key: (lexical_pos.get(key, len(lexical) + 1), vector_pos.get(key, 0)) for key in fused}
+    best = sorted(fused, key=lambda key: (-fused[key], tie[key]))[:limit]
+    memories = _live(end_user).in_bulk(best)
+    hits = [
+        SearchHit(memories[key], round(fused[key], 6), lexical_pos.get(key), vector_pos.get(key))
+        for key in best
+        if key in memories
+    ]
     return SearchOutcome(hits, "hybrid" if vectors is not None else "lexical", degradations)
+
+
+# The database ranks the user's matching memories and BM25 re-ranks its best LEXICAL_CANDIDATES.
+LEXICAL_CANDIDATES = 200
+
+
+def _lexical_ranking(end_user: EndUser, query: str, candidates: int) -> list[Any]:
+    """Ids of the user's live memories that share a word with the query, best first."""
+    kind = backend()
+    shares: dict[str, float] = {}
+    if kind is None:
+        rows = list(_live(end_user).order_by("-created_at").values_list("id", "content")[:SEARCH_SCAN_LIMIT])
+    else:
+        phrases = search_phrases(query)
+        if not phrases:
+            return []
+        # Memories are short and few per user: every phrase selects, common or not.
+        shares_of_atoms, _ = atom_shares(MEMORIES, (a for p in phrases for a in p))
+        search = _memories_postgresql if kind == "postgresql" else _memories_sqlite
+        rows = search(end_user, phrases)
+        shares = token_shares(query, shares_of_atoms)
+    if not rows:
+        return []
+    corpus = len(rows) if kind is None else _live(end_user).count()
+    scored = bm25_rank(query, [r[1] for r in rows], corpus_size=corpus, shares=shares)
+    return [rows[i][0] for i, _ in scored[:candidates]]
+
+
+def _memories_postgresql(end_user: EndUser, phrases: list[tuple[str, ...]]) -> list[tuple[Any, str]]:
+    sql = """
+        SELECT a.id, a.content FROM memory_archival_search AS s
+        JOIN memory_archivalmemory AS a ON a.id = s.memory_id
+        WHERE s.end_user_id = %(user)s AND s.document @@ %(q)s::tsquery
+          AND a.end_user_id = %(user)s AND a.tenant_id = %(tenant)s AND a.invalidated_at IS NULL
+        ORDER BY ts_rank_cd(s.document, %(q)s::tsquery) DESC, a.created_at DESC
+        LIMIT %(limit)s
+    """
+    params = {
+        "user": end_user.pk,
+        "tenant": end_user.tenant_id,
+        "q": tsquery(phrases),
+        "limit": LEXICAL_CANDIDATES,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def _memories_sqlite(end_user: EndUser, phrases: list[tuple[str, ...]]) -> list[tuple[Any, str]]:
+    sql = """
+        SELECT a.id, a.content FROM memory_archival_fts AS f
+        JOIN memory_archivalmemory AS a ON a.rowid = f.rowid
+        WHERE memory_archival_fts MATCH %s
+          AND a.end_user_id = %s AND a.tenant_id = %s AND a.invalidated_at IS NULL
+        ORDER BY bm25(memory_archival_fts, 0.0, 1.0), a.created_at DESC
+        LIMIT %s
+    """
+    match = fts5_query([scope_token("u", end_user.pk)], phrases)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [match, end_user.pk, end_user.tenant_id.hex, LEXICAL_CANDIDATES])
+        return [(uuid.UUID(r[0]), r[1]) for r in cursor.fetchall()]
 
 
 @transaction.atomic

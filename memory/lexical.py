@@ -1,104 +1,79 @@
-"""Lexical ranking shared by archival memory and recall over old messages: BM25 over words (and character
-bigrams for CJK text, which has no spaces), computed in Python over the end user's own rows, so it behaves
-the same on SQLite and PostgreSQL; plus reciprocal rank fusion."""
+"""Lexical search shared by archival memory and recall over old messages.
+
+The database finds and ranks the candidates with its own full-text index (PostgreSQL: a tsvector table with a
+GIN index, ranked by ts_rank_cd; SQLite: an FTS5 table, ranked by bm25()), both kept in sync by triggers
+(memory/migrations/0003_search_index.py). BM25 computed here in Python re-ranks those candidates, so the
+final scores, and the thresholds applied to them, are the same numbers on both databases. Plus reciprocal
+rank fusion.
+
+Words are split the same way everywhere: lower case, runs of letters and digits, with punctuation (also the
+dashes, dots and slashes inside KX-4821 or src/app.py) as separators; an identifier in a query is looked up as
+the phrase of its parts ('kx' <-> '4821'). CJK text has no spaces: each CJK character is a word of its own in
+the index, and a query looks its runs up as phrases of two characters (bigrams)."""
 
 import functools
+import logging
 import math
 import re
+import time
+import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from django.db import connection
+
+logger = logging.getLogger(__name__)
+
 RRF_K = 60
-_WORD = re.compile(r"[a-z0-9][a-z0-9_\-./]*|[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]+", re.I)
+_CJK = "\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af"
+# A word: a CJK run, or letters/digits joined by - . / _ (an identifier, a path, a version: one BM25 term).
+_WORD = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}](?:[^\W_{_CJK}]|[-./_](?=[^\W_{_CJK}]))*")
+# What the full-text indexes see as one word: a CJK character, or a run of letters and digits.
+_ATOM = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
 STOPWORDS = frozenset(
     [
-        "a",
-        "an",
-        "the",
-        "and",
-        "or",
-        "but",
-        "of",
-        "to",
-        "in",
-        "on",
-        "at",
-        "for",
-        "with",
-        "is",
-        "are",
-        "was",
-        "were",
-        "be",
-        "been",
-        "it",
-        "its",
-        "this",
-        "that",
-        "these",
-        "those",
-        "i",
-        "you",
-        "he",
-        "she",
-        "we",
-        "they",
-        "me",
-        "my",
-        "your",
-        "our",
-        "their",
-        "do",
-        "does",
-        "did",
-        "what",
-        "which",
-        "who",
-        "whom",
-        "how",
-        "when",
-        "where",
-        "why",
-        "can",
-        "could",
-        "would",
-        "should",
-        "will",
-        "shall",
-        "not",
-        "no",
-        "yes",
-        "so",
-        "as",
-        "by",
-        "from",
-        "about",
-        "into",
-        "than",
-        "then",
-        "there",
-        "here",
-        "just",
-        "also",
-        "please",
+        "a", "an", "the", "and", "or", "but", "of", "to", "in", "on", "at", "for", "with", "is", "are", "was",
+        "were", "be", "been", "it", "its", "this", "that", "these", "those", "i", "you", "he", "she", "we",
+        "they", "me", "my", "your", "our", "their", "do", "does", "did", "what", "which", "who", "whom",
+        "how", "when", "where", "why", "can", "could", "would", "should", "will", "shall", "not", "no", "yes",
+        "so", "as", "by", "from", "about", "into", "than", "then", "there", "here", "just", "also", "please",
     ]
-)
+)  # fmt: skip
+# Query words longer than this are blobs (base64, hashes of hashes): never worth a lookup.
+MAX_ATOM_CHARS = 64
+MAX_PHRASES = 32
 
 
 def tokens(text: str) -> list[str]:
+    """BM25 terms: words without stopwords, an identifier whole; CJK runs as characters and bigrams."""
     out: list[str] = []
     for word in _WORD.findall(text.lower()):
-        word = word.strip("-./_")
-        if not word:
-            continue
-        # A match is either all CJK or starts with [a-z0-9]: the first character tells which.
-        if word[0] >= "\u3040":
+        # A match is either all CJK or starts with a letter or digit outside CJK: its first character tells.
+        if re.match(rf"[{_CJK}]", word):
             out.extend(word)  # unigrams
             out.extend(word[i : i + 2] for i in range(len(word) - 1))  # and bigrams
         elif word not in STOPWORDS:
             out.append(word)
     return out
+
+
+def search_phrases(query: str) -> list[tuple[str, ...]]:
+    """What the full-text index is asked for: one phrase per query word (its atoms in order), CJK runs as
+    bigrams. Stopwords, single letters and blobs are left out; at most MAX_PHRASES, in query order."""
+    phrases: list[tuple[str, ...]] = []
+    for word in _WORD.findall(query.lower()):
+        if re.match(rf"[{_CJK}]", word):
+            grams = [tuple(word[i : i + 2]) for i in range(len(word) - 1)] or [(word,)]
+            phrases.extend(grams)
+            continue
+        if word in STOPWORDS or (len(word) == 1 and not word.isdigit()):
+            continue
+        atoms = tuple(_ATOM.findall(word))
+        if atoms and all(len(a) <= MAX_ATOM_CHARS for a in atoms):
+            phrases.append(atoms)
+    return list(dict.fromkeys(phrases))[:MAX_PHRASES]
 
 
 @functools.lru_cache(maxsize=8192)
@@ -114,16 +89,22 @@ def bm25_rank(
     k1: float = 1.2,
     b: float = 0.75,
     corpus_size: int | None = None,
+    shares: dict[str, float] | None = None,
 ) -> list[tuple[int, float]]:
     """(document index, score) of the documents sharing a term with the query, best first. When the
-    documents are a prefiltered part of a larger corpus, corpus_size keeps the IDF of the whole."""
+    documents are a part of a larger corpus (the candidates an index found), corpus_size keeps the IDF of the
+    whole, and `shares` (term -> share of the corpus's documents holding it, from the index's statistics)
+    stands in for document frequencies the candidates alone would overstate."""
     terms = set(tokens(query))
     if not terms or not documents:
         return []
     docs = [_document_terms(d) for d in documents]
     avg = sum(sum(d.values()) for d in docs) / len(docs) or 1.0
-    df = Counter(t for d in docs for t in terms if t in d)
+    df: Counter = Counter(t for d in docs for t in terms if t in d)
     n = max(corpus_size or 0, len(docs))
+    for term, share in (shares or {}).items():
+        if term in df:
+            df[term] = max(df[term], min(n, share * n))
     scored = []
     for i, d in enumerate(docs):
         length = sum(d.values())
@@ -154,3 +135,144 @@ def jaccard(a: str, b: str) -> float:
     if not ta or not tb:
         return 0.0
     return len(ta & tb) / len(ta | tb)
+
+
+# --- the database's full-text index ------------------------------------------------------------------------
+
+# Statistics of an index with fewer documents than this mean little: every phrase selects candidates.
+COMMON_MIN_DOCUMENTS = 2_000
+STATS_TTL_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class Index:
+    """One full-text index: `sqlite` is the FTS5 table, `postgresql` the tsvector table."""
+
+    sqlite: str
+    postgresql: str
+
+
+MESSAGES = Index(sqlite="memory_message_fts", postgresql="memory_message_search")
+MEMORIES = Index(sqlite="memory_archival_fts", postgresql="memory_archival_search")
+
+
+def backend() -> str | None:
+    """The full-text backend of the default database, None where there is none (search falls back to BM25
+    over the rows in Python)."""
+    return connection.vendor if connection.vendor in ("postgresql", "sqlite") else None
+
+
+def tsquery(phrases: Iterable[tuple[str, ...]]) -> str:
+    """A tsquery in PostgreSQL's input syntax, OR of the phrases. Atoms are letters and digits only (no quote,
+    backslash or operator can reach it), so it always parses; the caller never passes an empty list."""
+    return " | ".join("(" + " <-> ".join(f"'{atom}'" for atom in phrase) + ")" for phrase in phrases)
+
+
+def fts5_query(scopes: Iterable[str], phrases: Iterable[tuple[str, ...]]) -> str:
+    """An FTS5 MATCH expression: one of the scope tokens, and any of the phrases in the body. Every string
+    is double-quoted and holds letters and digits only, so it always parses."""
+    scope = " OR ".join(f'"{s}"' for s in scopes)
+    body = " OR ".join('"' + " ".join(phrase) + '"' for phrase in phrases)
+    return f"scope : ({scope}) AND body : ({body})"
+
+
+def scope_token(kind: str, value: Any) -> str:
+    """How the FTS5 index names a conversation (c + uuid hex) or an end user (u + id)."""
+    if isinstance(value, uuid.UUID):
+        value = value.hex
+    return f"{kind}{str(value).replace('-', '')}"
+
+
+_stats: dict[str, tuple[float, dict[str, float], int]] = {}
+
+
+def _postgresql_shares(index: Index) -> tuple[dict[str, float], int]:
+    """Lexeme -> share of rows, from PostgreSQL's own statistics of the tsvector column (most common
+    elements, gathered by ANALYZE/autovacuum). Lexemes not listed are rarer than the least common listed."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT most_common_elems::text::text[], most_common_elem_freqs FROM pg_stats "
+            "WHERE schemaname = current_schema() AND tablename = %s AND attname = 'document'",
+            [index.postgresql],
+        )
+        row = cursor.fetchone()
+        cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE relname = %s", [index.postgresql])
+        documents = (cursor.fetchone() or [0])[0]
+    if not row or not row[0]:
+        return {}, max(0, documents)
+    return dict(zip(row[0], row[1], strict=False)), max(0, documents)
+
+
+def _sqlite_documents(index: Index) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {index.sqlite}_docsize")  # noqa: S608 - a constant name
+        return cursor.fetchone()[0]
+
+
+def atom_shares(index: Index, atoms: Iterable[str]) -> tuple[dict[str, float], int]:
+    """(atom -> share of the index's documents holding it, documents in the index). Approximate on
+    PostgreSQL (its statistics), exact on SQLite (fts5vocab); refreshed every STATS_TTL_SECONDS."""
+    atoms = sorted(set(atoms))
+    kind = backend()
+    key = f"{connection.alias}:{kind}:{index.sqlite}"
+    now = time.monotonic()
+    cached = _stats.get(key)
+    if kind == "postgresql":
+        if cached is None or now - cached[0] > STATS_TTL_SECONDS:
+            shares, documents = _postgresql_shares(index)
+            cached = (now, shares, documents)
+            _stats[key] = cached
+        return {a: cached[1][a] for a in atoms if a in cached[1]}, cached[2]
+    if kind == "sqlite":
+        if cached is None or now - cached[0] > STATS_TTL_SECONDS:
+            cached = (now, {}, _sqlite_documents(index))
+            _stats[key] = cached
+        documents = cached[2]
+        if documents < COMMON_MIN_DOCUMENTS or not atoms:
+            return {}, documents
+        placeholders = ", ".join(["%s"] * len(atoms))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT term, doc FROM {index.sqlite}_vocab WHERE term IN ({placeholders})",  # noqa: S608
+                atoms,
+            )
+            return {term: doc / documents for term, doc in cursor.fetchall()}, documents
+    return {}, 0
+
+
+def selective(
+    index: Index, phrases: list[tuple[str, ...]], *, scope_size: int, budget: int
+) -> tuple[list[tuple[str, ...]], dict[str, float]]:
+    """(the phrases that select candidates, atom -> share of documents holding it). Rarest first, phrases are
+    taken while the matches they are expected to bring from a scope of `scope_size` documents stay within
+    `budget`: a common word finds many messages and gives each little (its IDF is low), so it is left to the
+    re-ranking. A phrase is as common as its rarest atom. The rarest phrase always selects; all do while the
+    index is too small for its statistics to mean much (or PostgreSQL has not analysed it yet)."""
+    shares, documents = atom_shares(index, (a for p in phrases for a in p))
+    if documents < COMMON_MIN_DOCUMENTS or not shares:
+        return phrases, shares
+
+    def share(phrase: tuple[str, ...]) -> float:
+        return min(shares.get(a, 0.0) for a in phrase)
+
+    chosen: list[tuple[str, ...]] = []
+    expected = 0.0
+    for phrase in sorted(phrases, key=share):
+        expected += share(phrase) * scope_size
+        if chosen and expected > budget:
+            break
+        chosen.append(phrase)
+    return chosen, shares
+
+
+def token_shares(query: str, shares: dict[str, float]) -> dict[str, float]:
+    """The share of documents holding each BM25 term of the query, from the shares of its atoms (a term is
+    at most as common as its rarest atom), for bm25_rank(shares=...)."""
+    if not shares:
+        return {}
+    out = {}
+    for term in set(tokens(query)):
+        atoms = _ATOM.findall(term)
+        if atoms:
+            out[term] = min(shares.get(a, 0.0) for a in atoms)
+    return out
