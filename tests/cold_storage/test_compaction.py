@@ -304,3 +304,15 @@ def test_two_requests_ending_the_same_turn_compact_it_once(owner, conversation):
     assert ArchivedImage.objects.filter(tier="cold").count() == 3
     assert len([n for n in blob_files() if n.startswith("cold/")]) == 3
     assert len([n for n in blob_files() if n.startswith("hot/")]) == 2
+
+
+def test_a_placeholder_costs_few_tokens_and_ids_stay_unique():
+    """Ids are 80 random bits written as 24 digits, which tiktoken reads three at a time."""
+    from cold_storage.models import new_image_id
+    from conversations.parts import IMAGE_ID_RE, PLACEHOLDER
+
+    ids = {new_image_id() for _ in range(2000)}
+    assert len(ids) == 2000 and all(IMAGE_ID_RE.match(i) and len(i) == 28 for i in ids)
+    for model in ("gpt-4o", "gpt-4"):
+        costs = {count_text(PLACEHOLDER.format(image_id=i), model=model) for i in list(ids)[:200]}
+        assert max(costs) <= 17, (model, costs)
