@@ -406,7 +406,8 @@ def table(r: dict) -> str:
     def ratio(ours: float, base: float, *, pct: bool = False) -> str:
         if not base:
             return "—"
-        return f"{(ours / base - 1) * 100:+.1f} %" if pct else f"{ours / base:.2f}×"
+        # Two decimals: the target (−97 %) sits close to what one decimal would round onto.
+        return f"{(ours / base - 1) * 100:+.2f} %" if pct else f"{ours / base:.2f}×"
 
     rows.append(
         (
