@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Count, Min, Sum
 from django.utils import timezone
@@ -25,6 +24,7 @@ from prefix_cache.rendering import HistoryMessage, Item, Layout, Rendered, canon
 from prefix_cache.rendering import system_sections as render_system_sections
 from prefix_cache.services import PrefixLevel, PrefixMatch, cache_usage_open, prefix_hints_record
 from prefix_cache.usage import cacheable_tokens
+from providers.degradations import degradation_count
 from providers.model_table import ModelInfo, is_known_model, model_info
 from providers.tokens import MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS, count_message
 from tenants.errors import ApplicationError
@@ -80,12 +80,7 @@ class ContextState:
     def degrade(self, stage: str, code: str, message: str) -> None:
         """A fallback is never silent: logged, counted and reported in the response."""
         logger.warning("context degradation %s/%s for %s: %s", stage, code, self.conversation.id, message)
-        key = f"mnemo:degradations:{code}"
-        if not cache.add(key, 1, timeout=None):
-            try:
-                cache.incr(key)
-            except ValueError:
-                cache.set(key, 1, timeout=None)
+        degradation_count(code)
         self.degradations.append({"stage": stage, "code": code, "message": message})
 
 

@@ -47,6 +47,7 @@ from memory.archival import archival_insert, archival_search
 from memory.models import DEFAULT_CHAR_LIMIT, Actor, ArchivalMemory, CoreMemoryBlock, MemoryAgentCursor
 from memory.selectors import label_order
 from memory.services import core_memory_write
+from providers.degradations import degradation_count
 from providers.llm import LLMConfig, LLMError, LLMReply, ToolCall, chat_tools, llm_config
 from tenants.errors import ApplicationError
 from tenants.models import EndUser
@@ -150,12 +151,7 @@ def _degrade(run: AgentRun, code: str, message: str, *, conversation: Conversati
     """A fallback is never silent: logged, counted (the same counters as the context pipeline's) and kept
     in the run."""
     logger.warning("memory agent degradation %s for %s: %s", code, conversation.id, message)
-    key = f"mnemo:degradations:{code}"
-    if not cache.add(key, 1, timeout=None):
-        try:
-            cache.incr(key)
-        except ValueError:
-            cache.set(key, 1, timeout=None)
+    degradation_count(code)
     run.degradations.append({"code": code, "message": message})
     run.notes.append(message)
 

@@ -47,6 +47,20 @@ def tool_reply(*calls: dict[str, Any], text: str | None = None) -> dict[str, Any
     return {"content": text, "tool_calls": list(calls)}
 
 
+def client_config(server: "LLMServer", *, timeout: float = 1.0, retries: int = 2) -> Any:
+    """An LLMConfig pointing the real client at this server, with short timeouts and backoff."""
+    from providers.llm import LLMConfig
+
+    return LLMConfig(
+        base_url=server.base_url,
+        api_key="k",
+        model="test-model",
+        timeout=timeout,
+        max_retries=retries,
+        backoff=0.01,
+    )
+
+
 class LLMServer:
     def __init__(self) -> None:
         self.queue: deque[str | dict[str, Any]] = deque()

@@ -17,19 +17,12 @@ from providers.llm import (
     chat,
     llm_config,
 )
+from tests.llm_server import client_config
 
 MESSAGES = [{"role": "system", "content": "Summarise."}, {"role": "user", "content": "We chose port 8443."}]
 
 
-def config(server, *, timeout: float = 1.0, retries: int = 2) -> LLMConfig:
-    return LLMConfig(
-        base_url=server.base_url,
-        api_key="k",
-        model="test-model",
-        timeout=timeout,
-        max_retries=retries,
-        backoff=0.01,
-    )
+config = client_config
 
 
 def test_a_good_reply_comes_back_with_the_providers_usage(llm_server):

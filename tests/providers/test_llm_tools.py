@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from providers.llm import LLMBadResponse, LLMConfig, LLMTimeout, LLMUnavailable, ToolCall, chat_tools
-from tests.llm_server import tool_call, tool_reply
+from providers.llm import LLMBadResponse, LLMTimeout, LLMUnavailable, ToolCall, chat_tools
+from tests.llm_server import client_config, tool_call, tool_reply
 
 TOOLS = [
     {
@@ -26,15 +26,7 @@ TOOLS = [
 MESSAGES = [{"role": "system", "content": "Remember things."}, {"role": "user", "content": "#1 user: hi"}]
 
 
-def config(server, *, timeout: float = 1.0, retries: int = 2) -> LLMConfig:
-    return LLMConfig(
-        base_url=server.base_url,
-        api_key="k",
-        model="test-model",
-        timeout=timeout,
-        max_retries=retries,
-        backoff=0.01,
-    )
+config = client_config
 
 
 def test_tools_are_sent_and_tool_calls_come_back_unexecuted(llm_server):
