@@ -898,6 +898,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small numbers for a smoke run")
     parser.add_argument("--only", choices=["pg", "sqlite", "tokens"])
     parser.add_argument("--redis", action="store_true", help="also measure PostgreSQL with REDIS_URL set")
+    parser.add_argument("--redis-only", action="store_true", help="PostgreSQL with REDIS_URL set, only")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument(
         "--pg-url", default="postgres://postgres@127.0.0.1:5432/postgres", help="admin connection"
@@ -917,10 +918,10 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     runs: list[AppendRun] = []
     tokens = None
-    if args.only in (None, "pg"):
+    if args.only in (None, "pg") and not args.redis_only:
         runs += run_backend("PG", args)
-        if args.redis:
-            runs += run_backend("PG+Redis", args, redis_url=args.redis_url)
+    if args.only in (None, "pg") and (args.redis or args.redis_only):
+        runs += run_backend("PG+Redis", args, redis_url=args.redis_url)
     if args.only in (None, "sqlite"):
         runs += run_backend("SQLite", args)
     if args.only in (None, "tokens"):
