@@ -304,15 +304,16 @@ def _memories_postgresql(end_user: EndUser, phrases: list[tuple[str, ...]]) -> l
     sql = """
         SELECT a.id, a.content FROM memory_archival_search AS s
         JOIN memory_archivalmemory AS a ON a.id = s.memory_id
-        WHERE s.end_user_id = %(user)s AND s.document @@ %(q)s::tsquery
+        WHERE s.document @@ %(q)s::tsquery AND s.end_user_id = %(user)s
           AND a.end_user_id = %(user)s AND a.tenant_id = %(tenant)s AND a.invalidated_at IS NULL
-        ORDER BY ts_rank_cd(s.document, %(q)s::tsquery) DESC, a.created_at DESC
+        ORDER BY ts_rank_cd(s.document, %(terms)s::tsquery) DESC, a.created_at DESC
         LIMIT %(limit)s
     """
     params = {
         "user": end_user.pk,
         "tenant": end_user.tenant_id,
-        "q": tsquery(phrases),
+        "q": tsquery(phrases, [scope_token("u", end_user.pk)]),
+        "terms": tsquery(phrases),
         "limit": LEXICAL_CANDIDATES,
     }
     with connection.cursor() as cursor:

@@ -162,10 +162,15 @@ def backend() -> str | None:
     return connection.vendor if connection.vendor in ("postgresql", "sqlite") else None
 
 
-def tsquery(phrases: Iterable[tuple[str, ...]]) -> str:
-    """A tsquery in PostgreSQL's input syntax, OR of the phrases. Atoms are letters and digits only (no quote,
-    backslash or operator can reach it), so it always parses; the caller never passes an empty list."""
-    return " | ".join("(" + " <-> ".join(f"'{atom}'" for atom in phrase) + ")" for phrase in phrases)
+def tsquery(phrases: Iterable[tuple[str, ...]], scopes: Iterable[str] = ()) -> str:
+    """A tsquery in PostgreSQL's input syntax: any of the phrases (and, given scopes, one of the scope
+    lexemes the stored vectors carry). Atoms are letters and digits only (no quote, backslash or operator can
+    reach it), so it always parses; the caller never passes an empty list of phrases."""
+    terms = " | ".join("(" + " <-> ".join(f"'{atom}'" for atom in phrase) + ")" for phrase in phrases)
+    scopes = list(scopes)
+    if not scopes:
+        return terms
+    return "(" + " | ".join(f"'{scope}'" for scope in scopes) + f") & ({terms})"
 
 
 def fts5_query(scopes: Iterable[str], phrases: Iterable[tuple[str, ...]]) -> str:
@@ -177,7 +182,7 @@ def fts5_query(scopes: Iterable[str], phrases: Iterable[tuple[str, ...]]) -> str
 
 
 def scope_token(kind: str, value: Any) -> str:
-    """How the FTS5 index names a conversation (c + uuid hex) or an end user (u + id)."""
+    """How both indexes name a conversation (c + uuid hex) or an end user (u + id) in a document's words."""
     if isinstance(value, uuid.UUID):
         value = value.hex
     return f"{kind}{str(value).replace('-', '')}"
@@ -242,27 +247,28 @@ def atom_shares(index: Index, atoms: Iterable[str]) -> tuple[dict[str, float], i
 
 def selective(
     index: Index, phrases: list[tuple[str, ...]], *, scope_size: int, budget: int
-) -> tuple[list[tuple[str, ...]], dict[str, float]]:
-    """(the phrases that select candidates, atom -> share of documents holding it). Rarest first, phrases are
-    taken while the matches they are expected to bring from a scope of `scope_size` documents stay within
-    `budget`: a common word finds many messages and gives each little (its IDF is low), so it is left to the
-    re-ranking. A phrase is as common as its rarest atom. The rarest phrase always selects; all do while the
-    index is too small for its statistics to mean much (or PostgreSQL has not analysed it yet)."""
+) -> tuple[list[tuple[str, ...]], dict[str, float], float]:
+    """(the phrases that select candidates, atom -> share of documents holding it, the share of documents
+    the chosen phrases are expected to match). Rarest first, phrases are taken while the matches they are
+    expected to bring from a scope of `scope_size` documents stay within `budget`: a common word finds many
+    messages and gives each little (its IDF is low), so it is left to the re-ranking. A phrase is as common
+    as its rarest atom. The rarest phrase always selects; all do while the index is too small for its
+    statistics to mean much (or PostgreSQL has not analysed it yet)."""
     shares, documents = atom_shares(index, (a for p in phrases for a in p))
     if documents < COMMON_MIN_DOCUMENTS or not shares:
-        return phrases, shares
+        return phrases, shares, 0.0
 
     def share(phrase: tuple[str, ...]) -> float:
         return min(shares.get(a, 0.0) for a in phrase)
 
     chosen: list[tuple[str, ...]] = []
-    expected = 0.0
+    density = 0.0
     for phrase in sorted(phrases, key=share):
-        expected += share(phrase) * scope_size
-        if chosen and expected > budget:
+        if chosen and (density + share(phrase)) * scope_size > budget:
             break
         chosen.append(phrase)
-    return chosen, shares
+        density += share(phrase)
+    return chosen, shares, density
 
 
 def token_shares(query: str, shares: dict[str, float]) -> dict[str, float]:

@@ -24,7 +24,8 @@ from memory.lexical import (
 )
 
 # Only the query's rarer words select messages (memory.lexical.selective: about RECALL_MATCH_BUDGET matches
-# expected), the database ranks the newest RECALL_CANDIDATES of those matches (ts_rank_cd / bm25()), and BM25
+# expected; when even the rarest is common, only as many of the newest seqs as should hold that many
+# matches), the database ranks the newest RECALL_CANDIDATES of those matches (ts_rank_cd / bm25()), and BM25
 # re-ranks its best RECALL_RERANK: the cost of a call stays flat however long the conversation grows
 # (bench/context_latency.py), and a rare word is found however far back it was said.
 RECALL_MATCH_BUDGET = 150
@@ -66,9 +67,14 @@ def recall_messages(
         phrases = search_phrases(query)
         if not phrases:
             return []
-        chosen, atom_shares = selective(MESSAGES, phrases, scope_size=before_seq, budget=RECALL_MATCH_BUDGET)
+        chosen, atom_shares, density = selective(
+            MESSAGES, phrases, scope_size=before_seq, budget=RECALL_MATCH_BUDGET
+        )
+        after_seq = 0
+        if density * before_seq > RECALL_MATCH_BUDGET:
+            after_seq = before_seq - int(RECALL_MATCH_BUDGET / density)
         search = _candidates_postgresql if kind == "postgresql" else _candidates_sqlite
-        rows = search(conversation, chosen, before_seq)
+        rows = search(conversation, chosen, after_seq, before_seq)
         shares = token_shares(query, atom_shares)
     if not rows:
         return []
@@ -82,29 +88,34 @@ def recall_messages(
 
 
 def _candidates_postgresql(
-    conversation: Conversation, phrases: list[tuple[str, ...]], before_seq: int
+    conversation: Conversation, phrases: list[tuple[str, ...]], after_seq: int, before_seq: int
 ) -> list[tuple[Any, ...]]:
-    # "seq + 0": ordering by the bare column would invite a backward scan of the conversation's index that
-    # reads every row before the boundary when the planner overestimates the matches; this way the GIN index
-    # finds them (or, in a short conversation, the scope index with a filter).
-    sql = """
+    # The conversation is a lexeme of its messages' vectors, so the GIN index alone finds "this conversation
+    # AND any of these words". Only a window of recent seqs names the conversation's column, so that the
+    # planner may AND in that range of the scope index; naming it always would let the planner filter every
+    # message of a short conversation instead (a few microseconds per row for @@, and it guesses few
+    # matches). "seq + 0" keeps it from reading the scope index backwards for the ORDER BY ... LIMIT.
+    # The join checks the scope on the message itself.
+    window = "AND s.conversation_id = %(conversation)s AND s.seq > %(after)s" if after_seq > 0 else ""
+    sql = f"""
         SELECT m.id, m.seq, m.role, m.content FROM (
-            SELECT hits.message_id, hits.seq, ts_rank_cd(hits.document, %(q)s::tsquery) AS rank
+            SELECT hits.message_id, hits.seq, ts_rank_cd(hits.document, %(terms)s::tsquery) AS rank
             FROM (
                 SELECT s.message_id, s.seq, s.document FROM memory_message_search AS s
-                WHERE s.conversation_id = %(conversation)s AND s.seq <= %(before)s
-                  AND s.document @@ %(q)s::tsquery
+                WHERE s.document @@ %(q)s::tsquery AND s.seq <= %(before)s {window}
                 ORDER BY s.seq + 0 DESC LIMIT %(candidates)s
             ) AS hits
             ORDER BY rank DESC, hits.seq DESC LIMIT %(rerank)s
         ) AS best JOIN conversations_message AS m ON m.id = best.message_id
         WHERE m.conversation_id = %(conversation)s
         ORDER BY best.rank DESC, best.seq DESC
-    """
+    """  # noqa: S608 - two constant fragments
     params = {
         "conversation": conversation.id,
+        "after": after_seq,
         "before": before_seq,
-        "q": tsquery(phrases),
+        "q": tsquery(phrases, [scope_token("c", conversation.id)]),
+        "terms": tsquery(phrases),
         "candidates": RECALL_CANDIDATES,
         "rerank": RECALL_RERANK,
     }
@@ -114,7 +125,7 @@ def _candidates_postgresql(
 
 
 def _candidates_sqlite(
-    conversation: Conversation, phrases: list[tuple[str, ...]], before_seq: int
+    conversation: Conversation, phrases: list[tuple[str, ...]], after_seq: int, before_seq: int
 ) -> list[tuple[Any, ...]]:
     # The scope token narrows the match inside FTS5; the join checks the scope on the message itself. FTS5
     # returns the matches newest (highest rowid) first.
@@ -122,14 +133,15 @@ def _candidates_sqlite(
         SELECT m.id, m.seq, m.role, m.content FROM (
             SELECT f.rowid AS rid, bm25(memory_message_fts, 0.0, 1.0) AS rank
             FROM memory_message_fts AS f JOIN conversations_message AS c ON c.rowid = f.rowid
-            WHERE memory_message_fts MATCH %s AND c.conversation_id = %s AND c.seq <= %s
+            WHERE memory_message_fts MATCH %s AND c.conversation_id = %s AND c.seq > %s AND c.seq <= %s
             ORDER BY f.rowid DESC LIMIT %s
         ) AS hits JOIN conversations_message AS m ON m.rowid = hits.rid
         ORDER BY hits.rank, m.seq DESC LIMIT %s
     """
     match = fts5_query([scope_token("c", conversation.id)], phrases)
+    params = [match, conversation.id.hex, after_seq, before_seq, RECALL_CANDIDATES, RECALL_RERANK]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [match, conversation.id.hex, before_seq, RECALL_CANDIDATES, RECALL_RERANK])
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
     # SQLite stores the uuid as hex; the id is returned as Django would.
     return [(uuid.UUID(r[0]), *r[1:]) for r in rows]

@@ -202,7 +202,7 @@ def test_common_words_do_not_select_when_the_index_is_big(conversation, monkeypa
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE memory_message_search")
     phrases = lexical.search_phrases("Which cluster runs the export for us? Thanks, it helps")
-    chosen, shares = lexical.selective(lexical.MESSAGES, phrases, scope_size=46, budget=3)
+    chosen, shares, _ = lexical.selective(lexical.MESSAGES, phrases, scope_size=46, budget=3)
     assert ("kestrel",) not in chosen  # not asked for
     assert ("thanks",) not in chosen and ("helps",) not in chosen  # in a quarter of the messages
     assert set(chosen) <= {("cluster",), ("runs",), ("export",)}
