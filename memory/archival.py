@@ -234,12 +234,16 @@ class SearchOutcome:
     degradations: list[dict[str, str]] = field(default_factory=list)
 
 
-def archival_search(*, end_user: EndUser, query: str, limit: int = 10, candidates: int = 50) -> SearchOutcome:
+def archival_search(
+    *, end_user: EndUser, query: str, limit: int = 10, candidates: int = 50, expansion: str = ""
+) -> SearchOutcome:
     """Hybrid search over the user's live memories: the lexical ranking (the database's full-text index,
-    re-ranked by BM25) and the exact cosine ranking (numpy over the stored vectors) fused with RRF."""
+    re-ranked by BM25) and the exact cosine ranking (numpy over the stored vectors) fused with RRF.
+    `expansion`: words a query rewrite added, weighing less in the lexical ranking; the vector ranking embeds
+    the query alone."""
     if not query.strip():
         return SearchOutcome([], "lexical")
-    lexical = _lexical_ranking(end_user, query, candidates)
+    lexical = _lexical_ranking(end_user, query, candidates, expansion)
     vector_ranking: list[Any] = []
     degradations = []
     vectors, model = embed([query])
@@ -278,25 +282,26 @@ def archival_search(*, end_user: EndUser, query: str, limit: int = 10, candidate
 LEXICAL_CANDIDATES = 200
 
 
-def _lexical_ranking(end_user: EndUser, query: str, candidates: int) -> list[Any]:
+def _lexical_ranking(end_user: EndUser, query: str, candidates: int, expansion: str = "") -> list[Any]:
     """Ids of the user's live memories that share a word with the query, best first."""
+    full = f"{query} {expansion}".strip()
     kind = backend()
     shares: dict[str, float] = {}
     if kind is None:
         rows = list(_live(end_user).order_by("-created_at").values_list("id", "content")[:SEARCH_SCAN_LIMIT])
     else:
-        phrases = search_phrases(query)
+        phrases = search_phrases(full)
         if not phrases:
             return []
         # Memories are short and few per user: every phrase selects, common or not.
         shares_of_atoms, _ = atom_shares(MEMORIES, (a for p in phrases for a in p))
         search = _memories_postgresql if kind == "postgresql" else _memories_sqlite
         rows = search(end_user, phrases)
-        shares = token_shares(query, shares_of_atoms)
+        shares = token_shares(full, shares_of_atoms)
     if not rows:
         return []
     corpus = len(rows) if kind is None else _live(end_user).count()
-    scored = bm25_rank(query, [r[1] for r in rows], corpus_size=corpus, shares=shares)
+    scored = bm25_rank(query, [r[1] for r in rows], corpus_size=corpus, shares=shares, expansion=expansion)
     return [rows[i][0] for i, _ in scored[:candidates]]
 
 

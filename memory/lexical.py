@@ -44,6 +44,9 @@ STOPWORDS = frozenset(
 # Query words longer than this are blobs (base64, hashes of hashes): never worth a lookup.
 MAX_ATOM_CHARS = 64
 MAX_PHRASES = 32
+# Words a query rewrite added (salient terms of the recent history) weigh this much against the user's own:
+# they help a question that leans on what came before ("did it pass?") but must not outvote its own words.
+EXPANSION_WEIGHT = 0.3
 
 
 def tokens(text: str) -> list[str]:
@@ -90,12 +93,16 @@ def bm25_rank(
     b: float = 0.75,
     corpus_size: int | None = None,
     shares: dict[str, float] | None = None,
+    expansion: str = "",
 ) -> list[tuple[int, float]]:
     """(document index, score) of the documents sharing a term with the query, best first. When the
     documents are a part of a larger corpus (the candidates an index found), corpus_size keeps the IDF of the
     whole, and `shares` (term -> share of the corpus's documents holding it, from the index's statistics)
-    stands in for document frequencies the candidates alone would overstate."""
-    terms = set(tokens(query))
+    stands in for document frequencies the candidates alone would overstate. Terms of `expansion` (what a
+    query rewrite added) that are not the query's own count EXPANSION_WEIGHT as much."""
+    own = set(tokens(query))
+    weights = dict.fromkeys(own, 1.0) | {t: EXPANSION_WEIGHT for t in tokens(expansion) if t not in own}
+    terms = set(weights)
     if not terms or not documents:
         return []
     docs = [_document_terms(d) for d in documents]
@@ -114,7 +121,7 @@ def bm25_rank(
             if not tf:
                 continue
             idf = math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
-            score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avg))
+            score += weights[t] * idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avg))
         if score > 0:
             scored.append((i, score))
     scored.sort(key=lambda x: (-x[1], x[0]))

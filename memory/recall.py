@@ -1,6 +1,9 @@
-"""Recall beyond the window: the conversation's own messages up to the last compaction boundary, found and
-ranked by the database's full-text index (memory.lexical), re-ranked by BM25, returned with their seq."""
+"""Recall beyond the window: the conversation's own messages up to the last compaction boundary and, for an
+end user's conversation, the messages of the user's other conversations (same tenant), found and ranked by the
+database's full-text index (memory.lexical), re-ranked by BM25, returned with their seq and an excerpt."""
 
+import functools
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -30,9 +33,15 @@ from memory.lexical import (
 # (bench/context_latency.py), and a rare word is found however far back it was said.
 RECALL_MATCH_BUDGET = 150
 RECALL_CANDIDATES = 150
-RECALL_RERANK = 40
+RECALL_RERANK = 60
+# The user's other conversations searched, newest first.
+RECALL_OTHER_CONVERSATIONS = 50
 # A BM25 score below this is a match on common words only ("what next?"): not worth prompt tokens.
 RECALL_MIN_SCORE = 2.0
+# A hit carries the part of its message that matched, not its head: about this many characters.
+RECALL_EXCERPT_CHARS = 300
+# The best messages by BM25 that are ranked again by their best sentence.
+RECALL_PASSAGE_POOL = 30
 # Without a full-text backend (another database): BM25 over rows that hold a query word, newest first.
 FALLBACK_SCAN_WINDOW = 2_000
 FALLBACK_TERMS = 8
@@ -45,6 +54,9 @@ class RecallHit:
     role: str
     content: str
     score: float
+    conversation_id: str = ""  # set when the message is in another conversation of the end user
+    conversation_title: str = ""
+    excerpt: str = ""
 
 
 def recall_messages(
@@ -54,37 +66,126 @@ def recall_messages(
     before_seq: int,
     limit: int = 3,
     min_score: float = RECALL_MIN_SCORE,
+    other_conversations: bool = False,
+    expansion: str = "",
 ) -> list[RecallHit]:
-    """The best `limit` user and assistant messages of the conversation with seq <= before_seq for the
-    query, best first; none whose BM25 score is below min_score."""
-    if before_seq <= 0 or not query.strip():
+    """The best `limit` user and assistant messages for the query, best first, none whose BM25 score is below
+    min_score: of this conversation with seq <= before_seq and, with other_conversations, of the end user's
+    other conversations in the tenant (all their messages). `expansion`: words a query rewrite added; they
+    find messages too but weigh less (memory.lexical.EXPANSION_WEIGHT)."""
+    if not query.strip():
+        return []
+    full = f"{query} {expansion}".strip()
+    others: dict[Any, tuple[str, int]] = {}
+    if other_conversations and conversation.end_user_id is not None:
+        others = {
+            pk: (title, last_seq)
+            for pk, title, last_seq in Conversation.objects.filter(
+                tenant_id=conversation.tenant_id, end_user_id=conversation.end_user_id
+            )
+            .exclude(pk=conversation.pk)
+            .order_by("-created_at")
+            .values_list("id", "title", "last_seq")[:RECALL_OTHER_CONVERSATIONS]
+        }
+    if before_seq <= 0 and not others:
         return []
     kind = backend()
+    shares: dict[str, float] = {}
     if kind is None:
-        rows = _candidates_scan(conversation, query, before_seq)
-        shares: dict[str, float] = {}
+        rows = _candidates_scan(conversation, full, before_seq)
     else:
-        phrases = search_phrases(query)
+        phrases = search_phrases(full)
         if not phrases:
             return []
-        chosen, atom_shares, density = selective(
-            MESSAGES, phrases, scope_size=before_seq, budget=RECALL_MATCH_BUDGET
-        )
-        after_seq = 0
-        if density * before_seq > RECALL_MATCH_BUDGET:
-            after_seq = before_seq - int(RECALL_MATCH_BUDGET / density)
-        search = _candidates_postgresql if kind == "postgresql" else _candidates_sqlite
-        rows = search(conversation, chosen, after_seq, before_seq)
-        shares = token_shares(query, atom_shares)
+        rows = []
+        if before_seq > 0:
+            chosen, atom_shares, density = selective(
+                MESSAGES, phrases, scope_size=before_seq, budget=RECALL_MATCH_BUDGET
+            )
+            after_seq = 0
+            if density * before_seq > RECALL_MATCH_BUDGET:
+                after_seq = before_seq - int(RECALL_MATCH_BUDGET / density)
+            search = _candidates_postgresql if kind == "postgresql" else _candidates_sqlite
+            rows += search(conversation, chosen, after_seq, before_seq)
+            shares = token_shares(full, atom_shares)
+        if others:
+            scope = sum(last_seq for _, last_seq in others.values())
+            chosen, atom_shares, _ = selective(
+                MESSAGES, phrases, scope_size=scope, budget=RECALL_MATCH_BUDGET
+            )
+            search = _others_postgresql if kind == "postgresql" else _others_sqlite
+            rows += search(list(others), chosen)
+            shares = token_shares(full, atom_shares)
     if not rows:
         return []
-    # The messages before the boundary stand in for the corpus in the IDF: a count would cost a scan.
-    scored = bm25_rank(query, [r[3] for r in rows], corpus_size=before_seq, shares=shares)
-    ranked = [i for i, score in scored if score >= min_score][:limit]
+    # The messages searched stand in for the corpus in the IDF: a count would cost a scan.
+    corpus = max(0, before_seq) + sum(last_seq for _, last_seq in others.values())
+    scored = bm25_rank(query, [r[3] for r in rows], corpus_size=corpus, shares=shares, expansion=expansion)
+    pool = [(i, score) for i, score in scored if score >= min_score][:RECALL_PASSAGE_POOL]
+    # A fact is a sentence in a long message: the best messages are ranked again by their best sentence,
+    # which is also the excerpt the hit carries.
+    sentences = [(i, span) for i, _ in pool for span in _sentence_spans(rows[i][3])]
+    texts = [rows[i][3][a:b] for i, (a, b) in sentences]
+    best_sentence: dict[int, tuple[float, tuple[int, int]]] = {}
+    for index, score in bm25_rank(query, texts, corpus_size=corpus, shares=shares, expansion=expansion):
+        i, span = sentences[index]
+        if i not in best_sentence:
+            best_sentence[i] = (score, span)
+    order = sorted(pool, key=lambda item: (-best_sentence.get(item[0], (0.0,))[0], -item[1]))
+    ranked = [i for i, _ in order][:limit]
     scores = rrf(ranked)
-    return [
-        RecallHit(str(rows[i][0]), rows[i][1], rows[i][2], rows[i][3], round(scores[i], 6)) for i in ranked
-    ]
+    hits = []
+    for i in ranked:
+        pk, seq, role, content, conversation_id = rows[i]
+        other = conversation_id != conversation.pk
+        span = best_sentence.get(i, (0.0, None))[1]
+        hits.append(
+            RecallHit(
+                str(pk),
+                seq,
+                role,
+                content,
+                round(scores[i], 6),
+                conversation_id=str(conversation_id) if other else "",
+                conversation_title=others.get(conversation_id, ("", 0))[0] if other else "",
+                excerpt=excerpt(content, span),
+            )
+        )
+    return hits
+
+
+@functools.lru_cache(maxsize=4096)
+def _sentence_spans(content: str) -> tuple[tuple[int, int], ...]:
+    """(start, end) of each sentence (or line) of the content."""
+    spans = [(m.start(), m.end()) for m in _SENTENCE.finditer(content) if m.group(0).strip()]
+    return tuple(spans) or ((0, len(content)),)
+
+
+_SENTENCE = re.compile(r"[^\n]+?(?:[.!?。！？](?=\s)|$)|[^\n]+")
+
+
+def excerpt(content: str, sentence: tuple[int, int] | None, *, chars: int = RECALL_EXCERPT_CHARS) -> str:
+    """The sentence at `sentence` with its neighbours, in about `chars` characters (… marks a cut); the whole
+    content when it is that short."""
+    if len(content) <= chars:
+        return content
+    spans = _sentence_spans(content)
+    best = spans.index(sentence) if sentence in spans else 0
+    first = last = best
+    # Grow around the sentence, the next one first (a statement's value tends to follow its subject).
+    while True:
+        grown = False
+        for candidate in (last + 1, first - 1):
+            if 0 <= candidate < len(spans):
+                start = spans[min(first, candidate)][0]
+                end = spans[max(last, candidate)][1]
+                if end - start <= chars:
+                    first, last = min(first, candidate), max(last, candidate)
+                    grown = True
+        if not grown:
+            break
+    start, end = spans[first][0], min(spans[last][1], spans[first][0] + chars)
+    return ("…" if start > 0 else "") + content[start:end].strip() + ("…" if end < len(content) else "")
 
 
 def _candidates_postgresql(
@@ -98,7 +199,7 @@ def _candidates_postgresql(
     # The join checks the scope on the message itself.
     window = "AND s.conversation_id = %(conversation)s AND s.seq > %(after)s" if after_seq > 0 else ""
     sql = f"""
-        SELECT m.id, m.seq, m.role, m.content FROM (
+        SELECT m.id, m.seq, m.role, m.content, m.conversation_id FROM (
             SELECT hits.message_id, hits.seq, ts_rank_cd(hits.document, %(terms)s::tsquery) AS rank
             FROM (
                 SELECT s.message_id, s.seq, s.document FROM memory_message_search AS s
@@ -130,7 +231,7 @@ def _candidates_sqlite(
     # The scope token narrows the match inside FTS5; the join checks the scope on the message itself. FTS5
     # returns the matches newest (highest rowid) first.
     sql = """
-        SELECT m.id, m.seq, m.role, m.content FROM (
+        SELECT m.id, m.seq, m.role, m.content, m.conversation_id FROM (
             SELECT f.rowid AS rid, bm25(memory_message_fts, 0.0, 1.0) AS rank
             FROM memory_message_fts AS f JOIN conversations_message AS c ON c.rowid = f.rowid
             WHERE memory_message_fts MATCH %s AND c.conversation_id = %s AND c.seq > %s AND c.seq <= %s
@@ -143,8 +244,46 @@ def _candidates_sqlite(
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    # SQLite stores the uuid as hex; the id is returned as Django would.
-    return [(uuid.UUID(r[0]), *r[1:]) for r in rows]
+    # SQLite stores the uuid as hex; ids are returned as Django would.
+    return [(uuid.UUID(r[0]), *r[1:4], uuid.UUID(r[4])) for r in rows]
+
+
+def _others_postgresql(conversations: list[Any], phrases: list[tuple[str, ...]]) -> list[tuple[Any, ...]]:
+    """The best matches in the user's other conversations, all their messages: ranked by the database over
+    all matches of the chosen (rare enough) phrases."""
+    sql = """
+        SELECT m.id, m.seq, m.role, m.content, m.conversation_id FROM (
+            SELECT s.message_id, s.seq, ts_rank_cd(s.document, %(terms)s::tsquery) AS rank
+            FROM memory_message_search AS s WHERE s.document @@ %(q)s::tsquery
+            ORDER BY rank DESC, s.seq DESC LIMIT %(rerank)s
+        ) AS best JOIN conversations_message AS m ON m.id = best.message_id
+        WHERE m.conversation_id = ANY(%(conversations)s)
+        ORDER BY best.rank DESC, best.seq DESC
+    """
+    params = {
+        "conversations": conversations,
+        "q": tsquery(phrases, [scope_token("c", pk) for pk in conversations]),
+        "terms": tsquery(phrases),
+        "rerank": RECALL_RERANK,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def _others_sqlite(conversations: list[Any], phrases: list[tuple[str, ...]]) -> list[tuple[Any, ...]]:
+    placeholders = ", ".join(["%s"] * len(conversations))
+    sql = f"""
+        SELECT m.id, m.seq, m.role, m.content, m.conversation_id
+        FROM memory_message_fts AS f JOIN conversations_message AS m ON m.rowid = f.rowid
+        WHERE memory_message_fts MATCH %s AND m.conversation_id IN ({placeholders})
+        ORDER BY bm25(memory_message_fts, 0.0, 1.0), m.seq DESC LIMIT %s
+    """  # noqa: S608 - placeholders only
+    match = fts5_query([scope_token("c", pk) for pk in conversations], phrases)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [match, *[pk.hex for pk in conversations], RECALL_RERANK])
+        rows = cursor.fetchall()
+    return [(uuid.UUID(r[0]), *r[1:4], uuid.UUID(r[4])) for r in rows]
 
 
 def _candidates_scan(conversation: Conversation, query: str, before_seq: int) -> list[tuple[Any, ...]]:
@@ -166,5 +305,5 @@ def _candidates_scan(conversation: Conversation, query: str, before_seq: int) ->
         .exclude(content="")
         .filter(matching)
         .order_by("-seq")
-        .values_list("id", "seq", "role", "content")[:RECALL_CANDIDATES]
+        .values_list("id", "seq", "role", "content", "conversation_id")[:RECALL_CANDIDATES]
     )

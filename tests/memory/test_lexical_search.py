@@ -275,3 +275,49 @@ def test_the_migration_indexes_existing_rows(owner):
     new = chat(conversation, "The new vault entry is lynx-basalt-7.", "Noted.")[0]
     filler(conversation, 2)
     assert [h.seq for h in recall(conversation, "lynx-basalt-7", min_score=0.0)] == [new.seq]
+
+
+def test_recall_across_the_end_users_conversations(owner, outsider, conversation, outsider_conversation):
+    secret = "The rollback vault entry is zebra-quartz-42."
+    chat(outsider_conversation, secret, "Noted.")
+    other_user = conversation_create(tenant=owner.tenant, end_user_external_id="bob", title="Bob's")
+    chat(other_user, secret, "Noted.")
+    anonymous = conversation_create(tenant=owner.tenant, title="No end user")
+    chat(anonymous, secret, "Noted.")
+    earlier = conversation_create(tenant=owner.tenant, end_user_external_id="alice", title="Last week")
+    filler(earlier, 4)
+    said = chat(earlier, secret, "Noted.")[0]
+    filler(earlier, 2)
+    filler(conversation, 4)
+    query = "Which vault entry holds the rollback password?"
+    assert recall(conversation, query) == []
+    hits = recall(conversation, query, other_conversations=True)
+    assert [(h.id, h.seq, h.conversation_id, h.conversation_title) for h in hits] == [
+        (str(said.id), said.seq, str(earlier.id), "Last week")
+    ]
+    # Other conversations are searched whole, even before this conversation has a boundary.
+    hits = recall_messages(conversation=conversation, query=query, before_seq=0, other_conversations=True)
+    assert [h.id for h in hits] == [str(said.id)]
+    # A conversation without an end user has no other conversations.
+    assert recall(anonymous, query, other_conversations=True)[0].conversation_id == ""
+
+
+def test_a_hit_carries_the_sentence_that_matched(conversation):
+    long = " ".join([FILLER[i % len(FILLER)] for i in range(8)])
+    statement = "Note for later: the deploy key for ledger on staging is QW-4821."
+    fact = chat(conversation, f"{long} {statement} {long}", "Noted.")[0]
+    filler(conversation, 4)
+    hit = recall(conversation, "Which key do I need to push ledger to staging?")[0]
+    assert hit.seq == fact.seq and len(hit.content) > 600
+    assert statement in hit.excerpt and len(hit.excerpt) <= 310
+    assert hit.excerpt.startswith("…") and hit.excerpt.endswith("…")
+
+
+def test_words_a_rewrite_added_weigh_less_than_the_users_own(conversation):
+    filler(conversation, 2)
+    own = chat(conversation, "The kestrel cluster runs the nightly export.", "Noted.")[0]
+    added = chat(conversation, "The report builder renders src/report/pdf.py badly.", "Noted.")[0]
+    filler(conversation, 2)
+    query = "Which cluster runs the export?"
+    hits = recall(conversation, query, expansion="src/report/pdf.py report builder renders", min_score=0.0)
+    assert [h.seq for h in hits][:2] == [own.seq, added.seq]
