@@ -131,12 +131,11 @@ BLOCK_SOURCES["B3"] = load_task_state
 
 # --- B5: retrieval (archival memories and recall of messages before the boundary) ---------------------------
 
-RECALL_TEXT_CHARS = 600
-
 
 def load_retrieval(state: Any) -> None:
-    """Hybrid search of the end user's archival memories and BM25 recall over this conversation's messages
-    before the last boundary (with their seq), scored with RRF so the budget stage can trim the weakest."""
+    """Hybrid search of the end user's archival memories and recall over this conversation's messages before
+    the last boundary and the end user's other conversations (with their seq), scored with RRF so the budget
+    stage can trim the weakest."""
     options = state.request.retrieval or {}
     query = state.layout.user_message
     if not options.get("enabled", True) or not query.strip():
@@ -151,10 +150,15 @@ def load_retrieval(state: Any) -> None:
     )
     for degradation in rewrite.degradations:
         state.degrade("rewrite", degradation["code"], degradation["message"])
-    query = rewrite.query
+    # A rules rewrite appends terms of the recent history: they weigh less than the user's own words.
+    expansion = " ".join(rewrite.terms) if rewrite.method == "rules" else ""
+    if rewrite.method != "rules":
+        query = rewrite.query
     items = []
     if conversation.end_user_id is not None and archival_exists(end_user_id=conversation.end_user_id):
-        outcome = archival_search(end_user=conversation.end_user, query=query, limit=min(top_k, 5))
+        outcome = archival_search(
+            end_user=conversation.end_user, query=query, limit=min(top_k, 5), expansion=expansion
+        )
         for degradation in outcome.degradations:
             state.degrade("retrieve", degradation["code"], degradation["message"])
         for hit in outcome.hits:
@@ -164,14 +168,19 @@ def load_retrieval(state: Any) -> None:
             items.append(
                 Item(text=text, tokens=count_cached(text, model=state.model), source=source, score=hit.score)
             )
+    # This conversation before its boundary and the end user's other conversations; each hit as the part
+    # of its message that matched.
     recalled = recall_messages(
-        conversation=conversation, query=query, before_seq=boundary_seq(conversation), limit=min(top_k, 3)
+        conversation=conversation,
+        query=query,
+        before_seq=boundary_seq(conversation),
+        limit=top_k,
+        other_conversations=True,
+        expansion=expansion,
     )
     for hit in recalled:
-        content = (
-            hit.content if len(hit.content) <= RECALL_TEXT_CHARS else hit.content[:RECALL_TEXT_CHARS] + "…"
-        )
-        text = f"[message #{hit.seq}, {hit.role}] {content}"
+        where = f'conversation "{hit.conversation_title}", ' if hit.conversation_id else ""
+        text = f"[{where}message #{hit.seq}, {hit.role}] {hit.excerpt}"
         source = {
             "kind": "message",
             "id": hit.id,
@@ -179,6 +188,8 @@ def load_retrieval(state: Any) -> None:
             "score": hit.score,
             "query": rewrite.method,
         }
+        if hit.conversation_id:
+            source["conversation_id"] = hit.conversation_id
         items.append(
             Item(text=text, tokens=count_cached(text, model=state.model), source=source, score=hit.score)
         )
