@@ -253,14 +253,20 @@ def atom_shares(index: Index, atoms: Iterable[str]) -> tuple[dict[str, float], i
 
 
 def selective(
-    index: Index, phrases: list[tuple[str, ...]], *, scope_size: int, budget: int
+    index: Index,
+    phrases: list[tuple[str, ...]],
+    *,
+    scope_size: int,
+    budget: int,
+    secondary: frozenset[tuple[str, ...]] = frozenset(),
 ) -> tuple[list[tuple[str, ...]], dict[str, float], float]:
     """(the phrases that select candidates, atom -> share of documents holding it, the share of documents
     the chosen phrases are expected to match). Rarest first, phrases are taken while the matches they are
     expected to bring from a scope of `scope_size` documents stay within `budget`: a common word finds many
     messages and gives each little (its IDF is low), so it is left to the re-ranking. A phrase is as common
     as its rarest atom. The rarest phrase always selects; all do while the index is too small for its
-    statistics to mean much (or PostgreSQL has not analysed it yet)."""
+    statistics to mean much (or PostgreSQL has not analysed it yet). `secondary` phrases (a rewrite's
+    additions) come after all of the query's own, however rare."""
     shares, documents = atom_shares(index, (a for p in phrases for a in p))
     if documents < COMMON_MIN_DOCUMENTS or not shares:
         return phrases, shares, 0.0
@@ -270,7 +276,7 @@ def selective(
 
     chosen: list[tuple[str, ...]] = []
     density = 0.0
-    for phrase in sorted(phrases, key=share):
+    for phrase in sorted(phrases, key=lambda p: (p in secondary, share(p))):
         if chosen and (density + share(phrase)) * scope_size > budget:
             break
         chosen.append(phrase)

@@ -94,13 +94,15 @@ def recall_messages(
     if kind is None:
         rows = _candidates_scan(conversation, full, before_seq)
     else:
-        phrases = search_phrases(full)
+        own = search_phrases(query)
+        added = frozenset(p for p in search_phrases(expansion) if p not in own)
+        phrases = own + sorted(added)
         if not phrases:
             return []
         rows = []
         if before_seq > 0:
             chosen, atom_shares, density = selective(
-                MESSAGES, phrases, scope_size=before_seq, budget=RECALL_MATCH_BUDGET
+                MESSAGES, phrases, scope_size=before_seq, budget=RECALL_MATCH_BUDGET, secondary=added
             )
             after_seq = 0
             if density * before_seq > RECALL_MATCH_BUDGET:
@@ -111,7 +113,7 @@ def recall_messages(
         if others:
             scope = sum(last_seq for _, last_seq in others.values())
             chosen, atom_shares, _ = selective(
-                MESSAGES, phrases, scope_size=scope, budget=RECALL_MATCH_BUDGET
+                MESSAGES, phrases, scope_size=scope, budget=RECALL_MATCH_BUDGET, secondary=added
             )
             search = _others_postgresql if kind == "postgresql" else _others_sqlite
             rows += search(list(others), chosen)
