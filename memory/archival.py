@@ -279,7 +279,7 @@ def archival_search(
 
 
 # The database ranks the user's matching memories and BM25 re-ranks its best LEXICAL_CANDIDATES.
-LEXICAL_CANDIDATES = 200
+LEXICAL_CANDIDATES = 100
 
 
 def _lexical_ranking(end_user: EndUser, query: str, candidates: int, expansion: str = "") -> list[Any]:

@@ -80,9 +80,11 @@ def search_phrases(query: str) -> list[tuple[str, ...]]:
 
 
 @functools.lru_cache(maxsize=8192)
-def _document_terms(text: str) -> Counter:
-    """Term counts of a document. Memoised: recall ranks the same history messages call after call."""
-    return Counter(tokens(text))
+def _document_terms(text: str) -> tuple[Counter, int]:
+    """Term counts and length of a document. Memoised: recall ranks the same history messages call after
+    call."""
+    counts = Counter(tokens(text))
+    return counts, sum(counts.values())
 
 
 def bm25_rank(
@@ -102,26 +104,30 @@ def bm25_rank(
     query rewrite added) that are not the query's own count EXPANSION_WEIGHT as much."""
     own = set(tokens(query))
     weights = dict.fromkeys(own, 1.0) | {t: EXPANSION_WEIGHT for t in tokens(expansion) if t not in own}
-    terms = set(weights)
-    if not terms or not documents:
+    if not weights or not documents:
         return []
     docs = [_document_terms(d) for d in documents]
-    avg = sum(sum(d.values()) for d in docs) / len(docs) or 1.0
-    df: Counter = Counter(t for d in docs for t in terms if t in d)
+    avg = sum(length for _, length in docs) / len(docs) or 1.0
     n = max(corpus_size or 0, len(docs))
-    for term, share in (shares or {}).items():
-        if term in df:
-            df[term] = max(df[term], min(n, share * n))
+    # Per term, once: its weight times its IDF (terms no document holds drop out).
+    factor = {}
+    for term, weight in weights.items():
+        df = sum(1 for counts, _ in docs if term in counts)
+        if not df:
+            continue
+        if shares and term in shares:
+            df = max(df, min(n, shares[term] * n))
+        factor[term] = weight * math.log(1 + (n - df + 0.5) / (df + 0.5)) * (k1 + 1)
+    if not factor:
+        return []
     scored = []
-    for i, d in enumerate(docs):
-        length = sum(d.values())
+    for i, (counts, length) in enumerate(docs):
+        norm = k1 * (1 - b + b * length / avg)
         score = 0.0
-        for t in terms:
-            tf = d.get(t, 0)
-            if not tf:
-                continue
-            idf = math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
-            score += weights[t] * idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avg))
+        for term, f in factor.items():
+            tf = counts.get(term)
+            if tf:
+                score += f * tf / (tf + norm)
         if score > 0:
             scored.append((i, score))
     scored.sort(key=lambda x: (-x[1], x[0]))

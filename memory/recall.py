@@ -110,13 +110,16 @@ def recall_messages(
             search = _candidates_postgresql if kind == "postgresql" else _candidates_sqlite
             rows += search(conversation, chosen, after_seq, before_seq)
             shares = token_shares(full, atom_shares)
-        if others:
-            scope = sum(last_seq for _, last_seq in others.values())
-            chosen, atom_shares, _ = selective(
+        scope = sum(last_seq for _, last_seq in others.values())
+        if scope > 0:
+            chosen, atom_shares, density = selective(
                 MESSAGES, phrases, scope_size=scope, budget=RECALL_MATCH_BUDGET, secondary=added
             )
-            search = _others_postgresql if kind == "postgresql" else _others_sqlite
-            rows += search(list(others), chosen)
+            # Ranked over all their matches: when even the rarest word would bring many more than the
+            # budget, it is too common to find anything specific there, and they are not searched.
+            if density * scope <= 2 * RECALL_MATCH_BUDGET:
+                search = _others_postgresql if kind == "postgresql" else _others_sqlite
+                rows += search(list(others), chosen)
             shares = token_shares(full, atom_shares)
     if not rows:
         return []
