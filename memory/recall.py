@@ -41,7 +41,7 @@ RECALL_MIN_SCORE = 2.0
 # A hit carries the part of its message that matched, not its head: about this many characters.
 RECALL_EXCERPT_CHARS = 300
 # The best messages by BM25 that are ranked again by their best sentence.
-RECALL_PASSAGE_POOL = 30
+RECALL_PASSAGE_POOL = 20
 # Without a full-text backend (another database): BM25 over rows that hold a query word, newest first.
 FALLBACK_SCAN_WINDOW = 2_000
 FALLBACK_TERMS = 8
