@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -694,6 +695,9 @@ def main() -> int:
         args.conversations, args.turns, args.single, args.two, args.changed = 5, 80, 12, 4, 4
     if args.conversations < 1 or args.turns < 10:
         parser.error("at least one conversation of 10 exchanges")
+    # Every dry-run call logs the degradations this set-up has on purpose (no LLM, maybe no embeddings); the
+    # header states them once.
+    os.environ.setdefault("MNEMO_LOG_LEVEL", "ERROR")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mnemo-bench-recall-") as scratch:
         if args.pg:
