@@ -311,9 +311,11 @@ def stage_budget(state: ContextState) -> None:
     history_tokens = sum(m.token_count for m in layout.b6)
     totals = _exact_total(state, history_tokens)
 
+    trimmed_b5 = []
     while totals["total"] > state.budget and layout.b5:
         lowest = min(range(len(layout.b5)), key=lambda i: (layout.b5[i].score, -i))
         item = layout.b5.pop(lowest)
+        trimmed_b5.append(item)
         state.dropped.append(
             {"block": "B5", "reason": "budget", "source": item.source, "tokens": item.tokens}
         )
@@ -373,6 +375,18 @@ def stage_budget(state: ContextState) -> None:
         _truncate_task_state(state, history_tokens=history_tokens)
         totals = _exact_total(state, history_tokens)
 
+    # B5 was trimmed first, while B6 and B4 were still whole; the room their cuts left goes back to the
+    # trimmed items, best score first, so a cut history does not also cost the retrieval that replaces it.
+    for item in sorted(trimmed_b5, key=lambda i: -i.score):
+        layout.b5.append(item)
+        candidate = _exact_total(state, history_tokens)
+        if candidate["total"] <= state.budget:
+            totals = candidate
+            state.dropped = [
+                d for d in state.dropped if not (d["block"] == "B5" and d["source"] is item.source)
+            ]
+        else:
+            layout.b5.pop()
     if totals["total"] > state.budget:
         state.degrade(
             "budget",

@@ -343,3 +343,20 @@ def test_every_message_left_out_of_a_long_history_is_listed(owner, long_conversa
             "tokens": 10 * window_start,
         }
     ]
+
+
+def test_retrieval_trimmed_first_comes_back_into_the_room_the_history_cut_left(
+    owner, conversation, monkeypatch
+):
+    """B5 goes first while B6 is whole; once B6 is cut, the best trimmed items that now fit return."""
+    exchanges(conversation, 6, tokens=100)
+    best = item(words("kept", 80), kind="chunk", id="best", score=0.9)
+    worst = item(words("junk", 400), kind="chunk", id="worst", score=0.1)
+    install_blocks(monkeypatch, b5=[best, worst])
+    body = context(owner, conversation, user_message="What next?", token_budget=700)
+
+    assert [d["block"] for d in body["dropped"]] == ["B5", "B6"]
+    assert body["dropped"][0]["source"]["id"] == "worst"
+    current = body["messages"][-1]["content"]
+    assert current == section("## Retrieved context", best.text) + "\n\n## User question\nWhat next?"
+    assert body["tokens"]["total"] <= 700
