@@ -7,7 +7,7 @@ PORT ?= 8000
 STAMP := $(VENV)/.installed
 
 .PHONY: run install migrate demo serve test test-services lint format bench clean \
-	bench-append bench-prefix-cache bench-context-latency bench-compaction bench-visual
+	bench-append bench-prefix-cache bench-context-latency bench-compaction bench-visual bench-recall
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,9 @@ bench-compaction: install
 
 bench-visual: install
 	$(BIN)/python bench/visual.py
+
+bench-recall: install
+	$(BIN)/python bench/recall.py
 
 clean:
 	rm -rf $(VENV) var
