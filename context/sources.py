@@ -209,7 +209,7 @@ def compaction_check(state: Any, totals: dict[str, int]) -> bool:
     inspector's dry run) never compacts.
 
     Core-memory edits are folded into B2a at a boundary by a receiver of summaries.signals.boundary_moved
-    (the memory capability's; not built here)."""
+    (context/apps.py)."""
     if not state.request.record:
         return False
     cfg = compaction_config(state.conversation)
