@@ -38,6 +38,10 @@ LEVELS = ("B1", "B1+B2a", "B1+B2a+B4", "B1+B2a+B4+B6")
 # the window has to move again (and the prompt prefix stays byte-identical meanwhile).
 WINDOW_REFILL = 0.6
 PROTECTED_EXCHANGES = 2
+# Estimates for filling B5 (the exact count checks after): a "\n\n" between items; the section's title and
+# the question's own title when B5 was empty.
+SEPARATOR_TOKENS = 2
+SECTION_TOKENS = 16
 
 
 @dataclass
@@ -76,6 +80,9 @@ class ContextState:
     tokens: dict[str, Any] = field(default_factory=dict)
     prefix: dict[str, Any] = field(default_factory=dict)
     context_id: str | None = None
+    rewrite: Any = None  # the rewrite stage's memory.rewrite.Rewrite (None: no retrieval)
+    # Retrieval hits beyond top_k: they fill only the room a budget cut of the history leaves.
+    b5_reserve: list[Item] = field(default_factory=list)
 
     def degrade(self, stage: str, code: str, message: str) -> None:
         """A fallback is never silent: logged, counted and reported in the response."""
@@ -262,11 +269,13 @@ def stage_overlay(state: ContextState) -> None:
 
 
 def stage_rewrite(state: ContextState) -> None:
-    """Query rewriting for retrieval arrives with the memory capability; the user's text is never replaced."""
+    """Resolve references back in the user message, for retrieval only; the user's text is never replaced."""
+    sources.rewrite_query(state)
 
 
 def stage_retrieve(state: ContextState) -> None:
-    """Retrieval (B5) arrives with memory and knowledge; drop what B6 already holds."""
+    """Retrieval (B5: archival memories, earlier messages); drop what B6 already holds."""
+    sources.load_retrieval(state)
     in_history = {m.id for m in state.layout.b6}
     state.layout.b5 = [item for item in state.layout.b5 if item.source.get("id") not in in_history]
 
@@ -375,18 +384,7 @@ def stage_budget(state: ContextState) -> None:
         _truncate_task_state(state, history_tokens=history_tokens)
         totals = _exact_total(state, history_tokens)
 
-    # B5 was trimmed first, while B6 and B4 were still whole; the room their cuts left goes back to the
-    # trimmed items, best score first, so a cut history does not also cost the retrieval that replaces it.
-    for item in sorted(trimmed_b5, key=lambda i: -i.score):
-        layout.b5.append(item)
-        candidate = _exact_total(state, history_tokens)
-        if candidate["total"] <= state.budget:
-            totals = candidate
-            state.dropped = [
-                d for d in state.dropped if not (d["block"] == "B5" and d["source"] is item.source)
-            ]
-        else:
-            layout.b5.pop()
+    totals = _refill_retrieval(state, trimmed_b5, totals, history_tokens)
     if totals["total"] > state.budget:
         state.degrade(
             "budget",
@@ -395,6 +393,41 @@ def stage_budget(state: ContextState) -> None:
             f"the budget is {state.budget}.",
         )
     state.tokens = totals
+
+
+def _refill_retrieval(
+    state: ContextState, trimmed: list[Item], totals: dict[str, int], history_tokens: int
+) -> dict[str, int]:
+    """B5 was trimmed first, while B6 and B4 were still whole; the room their cuts left goes back to the
+    trimmed items, best score first, so a cut history does not also cost the retrieval that replaces it.
+    When the history is not whole (cut now or by an earlier window), the held-back hits fill what is left,
+    best first, the recalled messages the cut removed among them. Sizes are summed (an item and its
+    separator), then the exact count takes back the last ones while it is over."""
+    layout = state.layout
+    candidates = sorted(trimmed, key=lambda i: -i.score)
+    history_cut = state.history_start > state.boundary_seq or any(
+        d["block"] in ("B6", "B4") and d["reason"] == "budget" for d in state.dropped
+    )
+    if history_cut:
+        in_history = {m.id for m in layout.b6}
+        candidates += [i for i in state.b5_reserve if i.source.get("id") not in in_history]
+    room = state.budget - totals["total"]
+    added: list[Item] = []
+    for item in candidates:
+        cost = item.tokens + (SECTION_TOKENS if not layout.b5 else SEPARATOR_TOKENS)
+        if cost <= room:
+            layout.b5.append(item)
+            added.append(item)
+            room -= cost
+    if not added:
+        return totals
+    candidate = _exact_total(state, history_tokens)
+    while added and candidate["total"] > state.budget:
+        layout.b5.remove(added.pop())
+        candidate = _exact_total(state, history_tokens)
+    returned = {id(item.source) for item in added}
+    state.dropped = [d for d in state.dropped if not (d["block"] == "B5" and id(d["source"]) in returned)]
+    return candidate
 
 
 def _cut_history(state: ContextState, cut: list[HistoryMessage], *, kept_tokens: int) -> int:

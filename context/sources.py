@@ -2,8 +2,9 @@
 a capability that is not built has no source here, and its block is absent from the prompt.
 
 B1 (agent profile) and B6 (history since the last compaction boundary) are loaded by the pipeline itself.
-Summaries (B4), core memory (B2a), session profile (B2b), task state (B3) and retrieval (B5) register their
-loaders in BLOCK_SOURCES as those capabilities land."""
+Summaries (B4), core memory (B2a), session profile (B2b) and task state (B3) register their loaders in
+BLOCK_SOURCES; retrieval (B5) runs in the pipeline's own rewrite and retrieve stages, after B6 is loaded
+(rewrite_query, load_retrieval)."""
 
 import logging
 from collections.abc import Callable
@@ -132,32 +133,65 @@ BLOCK_SOURCES["B3"] = load_task_state
 # --- B5: retrieval (archival memories and recall of messages before the boundary) ---------------------------
 
 
-def load_retrieval(state: Any) -> None:
-    """Hybrid search of the end user's archival memories and recall over this conversation's messages before
-    the last boundary and the end user's other conversations (with their seq), scored with RRF so the budget
-    stage can trim the weakest."""
+# Retrieval candidates beyond top_k, held back (ContextState.b5_reserve): they only fill the room a budget
+# cut of the history (B6 or B4) leaves, so what the cut removed can come back as the parts that match the
+# question. A prompt whose history is whole keeps its top_k, and its uncached tail stays short.
+RETRIEVAL_RESERVE = 16
+DEFAULT_TOP_K = 8
+ARCHIVAL_TOP_K = 5
+
+
+def retrieval_enabled(state: Any) -> bool:
     options = state.request.retrieval or {}
-    query = state.layout.user_message
-    if not options.get("enabled", True) or not query.strip():
+    return bool(options.get("enabled", True) and state.layout.user_message.strip())
+
+
+def rewrite_query(state: Any) -> None:
+    """The rewrite stage: references back ("it", "that one", "那个") resolved for retrieval only; the prompt
+    keeps the user's own words."""
+    if not retrieval_enabled(state):
         return
-    top_k = int(options.get("top_k") or 8)
-    conversation = state.conversation
-    # For retrieval only: the prompt keeps the user's own words.
-    rewrite = query_rewrite(
-        conversation=conversation,
-        query=query,
+    state.rewrite = query_rewrite(
+        conversation=state.conversation,
+        query=state.layout.user_message,
         task_state=getattr(state, "task_state", None),
+        before_seq=state.history_until,
     )
-    for degradation in rewrite.degradations:
+    for degradation in state.rewrite.degradations:
         state.degrade("rewrite", degradation["code"], degradation["message"])
+
+
+def _recall_before_seq(state: Any) -> int:
+    """Recall reads this conversation up to the newest exchanges the budget always keeps: what the boundary
+    summarised, what an earlier window cut left out, and B6 itself, whose messages this request's budget may
+    still cut (hits in the B6 that is sent are left out by the budget stage)."""
+    if state.layout.b6:
+        return state.protected_from_seq - 1
+    start = state.history_start
+    return start if state.history_until is None else min(start, state.history_until)
+
+
+def load_retrieval(state: Any) -> None:
+    """The retrieve stage: hybrid search of the end user's archival memories and recall over this
+    conversation's earlier messages and the end user's other conversations (with their seq), each scored with
+    RRF so the budget stage can trim the weakest. The best top_k (archival: at most ARCHIVAL_TOP_K) not in B6
+    go into B5; up to RETRIEVAL_RESERVE more wait in state.b5_reserve."""
+    rewrite = getattr(state, "rewrite", None)
+    if rewrite is None:
+        return
+    options = state.request.retrieval or {}
+    top_k = int(options.get("top_k") or DEFAULT_TOP_K)
+    conversation = state.conversation
     # A rules rewrite appends terms of the recent history: they weigh less than the user's own words.
     expansion = " ".join(rewrite.terms) if rewrite.method == "rules" else ""
-    if rewrite.method != "rules":
-        query = rewrite.query
-    items = []
+    query = rewrite.query if rewrite.method != "rules" else state.layout.user_message
+    memories: list[Item] = []
     if conversation.end_user_id is not None and archival_exists(end_user_id=conversation.end_user_id):
         outcome = archival_search(
-            end_user=conversation.end_user, query=query, limit=min(top_k, 5), expansion=expansion
+            end_user=conversation.end_user,
+            query=query,
+            limit=min(top_k, ARCHIVAL_TOP_K) + RETRIEVAL_RESERVE,
+            expansion=expansion,
         )
         for degradation in outcome.degradations:
             state.degrade("retrieve", degradation["code"], degradation["message"])
@@ -165,19 +199,21 @@ def load_retrieval(state: Any) -> None:
             memory = hit.memory
             text = f"[memory, {memory.kind}] {memory.content}"
             source = {"kind": "archival", "id": str(memory.id), "score": hit.score, "query": rewrite.method}
-            items.append(
+            memories.append(
                 Item(text=text, tokens=count_cached(text, model=state.model), source=source, score=hit.score)
             )
-    # This conversation before its boundary and the end user's other conversations; each hit as the part
-    # of its message that matched.
+    # This conversation's earlier messages and the end user's other conversations; each hit as the part of
+    # its message that matched.
     recalled = recall_messages(
         conversation=conversation,
         query=query,
-        before_seq=boundary_seq(conversation),
-        limit=top_k,
+        before_seq=_recall_before_seq(state),
+        limit=top_k + RETRIEVAL_RESERVE,
         other_conversations=True,
         expansion=expansion,
     )
+    in_history = {m.id for m in state.layout.b6}
+    messages: list[Item] = []
     for hit in recalled:
         where = f'conversation "{hit.conversation_title}", ' if hit.conversation_id else ""
         text = f"[{where}message #{hit.seq}, {hit.role}] {hit.excerpt}"
@@ -190,13 +226,16 @@ def load_retrieval(state: Any) -> None:
         }
         if hit.conversation_id:
             source["conversation_id"] = hit.conversation_id
-        items.append(
+        messages.append(
             Item(text=text, tokens=count_cached(text, model=state.model), source=source, score=hit.score)
         )
-    state.layout.b5 = [*state.layout.b5, *items]
-
-
-BLOCK_SOURCES["B5"] = load_retrieval
+    fresh = [item for item in messages if item.source["id"] not in in_history]
+    chosen = memories[: min(top_k, ARCHIVAL_TOP_K)] + fresh[:top_k]
+    state.layout.b5 = [*state.layout.b5, *chosen]
+    picked = {id(item) for item in chosen}
+    state.b5_reserve = sorted(
+        (item for item in memories + messages if id(item) not in picked), key=lambda item: -item.score
+    )
 
 
 def compaction_check(state: Any, totals: dict[str, int]) -> bool:

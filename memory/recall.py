@@ -39,7 +39,7 @@ RECALL_OTHER_CONVERSATIONS = 50
 # A BM25 score below this is a match on common words only ("what next?"): not worth prompt tokens.
 RECALL_MIN_SCORE = 2.0
 # A hit carries the part of its message that matched, not its head: about this many characters.
-RECALL_EXCERPT_CHARS = 300
+RECALL_EXCERPT_CHARS = 200
 # The best messages by BM25 that are ranked again by their best sentence.
 RECALL_PASSAGE_POOL = 20
 # Without a full-text backend (another database): BM25 over rows that hold a query word, newest first.

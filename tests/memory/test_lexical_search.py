@@ -12,7 +12,7 @@ from conversations.services import conversation_create
 from memory import lexical
 from memory.archival import archival_insert, archival_search
 from memory.models import ArchivalMemory
-from memory.recall import recall_messages
+from memory.recall import RECALL_EXCERPT_CHARS, recall_messages
 from tenants.services import end_user_get_or_create
 from tests.summaries.helpers import append
 
@@ -309,7 +309,7 @@ def test_a_hit_carries_the_sentence_that_matched(conversation):
     filler(conversation, 4)
     hit = recall(conversation, "Which key do I need to push ledger to staging?")[0]
     assert hit.seq == fact.seq and len(hit.content) > 600
-    assert statement in hit.excerpt and len(hit.excerpt) <= 310
+    assert statement in hit.excerpt and len(hit.excerpt) <= RECALL_EXCERPT_CHARS + 10
     assert hit.excerpt.startswith("…") and hit.excerpt.endswith("…")
 
 
