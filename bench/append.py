@@ -1,8 +1,10 @@
 """Append throughput over real HTTP, and token counting speed, each against a baseline from the same run.
 
 1. Messages appended per second (POST /api/v1/conversations/{id}/messages with an Idempotency-Key, ~2 %
-   replayed) against uvicorn serving config.asgi:application, on a throwaway PostgreSQL database and on
-   SQLite, with 1 and 2 server workers. Baseline: the authenticated read GET /api/v1/conversations/{id} at
+   replayed) against granian serving config.wsgi:application (the production layout: WSGI workers for
+   the API, a uvicorn beside them for the sockets) and uvicorn serving config.asgi:application (API and
+   sockets in one process, as `make run`), on a throwaway PostgreSQL database and on SQLite, with 1 and
+   2 server workers. Baseline: the authenticated read GET /api/v1/conversations/{id} at
    the same concurrency against the same server. Afterwards the database must hold exactly one message
    per distinct key, numbered 1..n without a gap in every conversation.
 2. Messages and tokens counted per second by providers.tokens.count_message over mixed prose, code and
@@ -10,7 +12,8 @@
 
 Run from the repository root:  .venv/bin/python bench/append.py   (or: make bench-append)
 Options: --quick (smoke run), --only pg|sqlite|tokens, --redis (also PostgreSQL with REDIS_URL), -n, -c, -k,
---workers 1,2. Everything it starts (servers, the database, temp dirs) is removed at the end, also on error.
+--workers 1,2, --servers granian,uvicorn. Everything it starts (servers, the database, temp dirs) is removed
+at the end, also on error.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ HOST = "127.0.0.1"
 TARGET_PG_APPENDS_PER_S = 400
 REPLAY_RATE = 0.02
 CORES = len(os.sched_getaffinity(0))
+# granian runs the WSGI app on this many threads per worker, as uvicorn does on MNEMO_HTTP_THREADS.
+GRANIAN_THREADS = 8
 
 
 def log(message: str) -> None:
@@ -557,19 +562,34 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@contextlib.contextmanager
-def uvicorn_server(backend: Backend, workers: int, api_key: str) -> Iterator[tuple[int, subprocess.Popen]]:
-    port = free_port()
-    log_path = backend.var_dir / f"uvicorn-{workers}w.log"
-    command = [
+def server_command(server: str, workers: int, port: int) -> list[str]:
+    """The two ways the README gives to serve the API: uvicorn on config.asgi (API and WebSockets in one
+    process: `make run`), or granian's WSGI workers on config.wsgi for the API beside a uvicorn for the
+    sockets (the production layout, README "Deploying")."""
+    if server == "granian":
+        return [
+            str(Path(PYTHON).parent / "granian"), "--interface", "wsgi", "config.wsgi:application",
+            "--host", HOST, "--port", str(port), "--workers", str(workers),
+            "--blocking-threads", str(GRANIAN_THREADS), "--no-ws",
+            "--log-level", "warning", "--no-access-log",
+        ]  # fmt: skip
+    return [
         PYTHON, "-m", "uvicorn", "config.asgi:application",
         "--host", HOST, "--port", str(port), "--workers", str(workers),
         "--log-level", "warning", "--no-access-log", "--lifespan", "off",
     ]  # fmt: skip
+
+
+@contextlib.contextmanager
+def http_server(
+    backend: Backend, server: str, workers: int, api_key: str
+) -> Iterator[tuple[int, subprocess.Popen]]:
+    port = free_port()
+    log_path = backend.var_dir / f"{server}-{workers}w.log"
     with open(log_path, "wb") as log_file:
         # A session of its own, so the workers can be killed with their supervisor if it does not stop.
         proc = subprocess.Popen(
-            command,
+            server_command(server, workers, port),
             cwd=REPO,
             env=backend.env,
             stdout=log_file,
@@ -588,7 +608,7 @@ def wait_ready(port: int, api_key: str, proc: subprocess.Popen, log_path: Path) 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"uvicorn exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+            raise RuntimeError(f"the server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
         try:
             status, payload = asyncio.run(HttpConnection(port).request(head))
         except OSError:
@@ -597,7 +617,7 @@ def wait_ready(port: int, api_key: str, proc: subprocess.Popen, log_path: Path) 
         if status == 200:
             return
         raise RuntimeError(f"server answered HTTP {status}: {payload[:500]!r}")
-    raise RuntimeError(f"uvicorn did not answer within 60s:\n{log_path.read_text()[-3000:]}")
+    raise RuntimeError(f"the server did not answer within 60s:\n{log_path.read_text()[-3000:]}")
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -619,6 +639,7 @@ def stop(proc: subprocess.Popen) -> None:
 @dataclass
 class AppendRun:
     label: str
+    server: str
     workers: int
     gets: PhaseResult
     appends: PhaseResult
@@ -681,12 +702,12 @@ async def create_conversations(port: int, api_key: str, count: int) -> list[str]
     return ids
 
 
-def measure(backend: Backend, api_key: str, workers: int, args: argparse.Namespace) -> AppendRun:
-    rng = random.Random(f"{args.seed}-{backend.label}-{workers}")
-    tag = f"[{backend.label} w={workers}]"
+def measure(backend: Backend, api_key: str, server: str, workers: int, args: argparse.Namespace) -> AppendRun:
+    rng = random.Random(f"{args.seed}-{backend.label}-{server}-{workers}")
+    tag = f"[{backend.label} {server} w={workers}]"
     keys: set[str] = set()
     with (
-        uvicorn_server(backend, workers, api_key) as (port, proc),
+        http_server(backend, server, workers, api_key) as (port, proc),
         asyncio.Runner(loop_factory=new_loop) as runner,
     ):
 
@@ -709,7 +730,8 @@ def measure(backend: Backend, api_key: str, workers: int, args: argparse.Namespa
     appends.errors += warm.errors
     gets.errors += warm_gets.errors
     ok, note = verify(backend, conversations, keys)
-    run = AppendRun(backend.label, workers, gets, appends, ok and appends.replays == appends.replays_ok, note)
+    replays_ok = appends.replays == appends.replays_ok
+    run = AppendRun(backend.label, server, workers, gets, appends, ok and replays_ok, note)
     log(
         f"{tag} {appends.rate:.0f} appends/s (p50 {fmt_ms(appends.percentile(50))}, "
         f"p99 {fmt_ms(appends.percentile(99))}), {gets.rate:.0f} GET/s, "
@@ -729,7 +751,11 @@ def run_backend(label: str, args: argparse.Namespace, redis_url: str = "") -> li
         database_url = stack.enter_context(postgres_database(args.pg_url)) if label.startswith("PG") else ""
         backend = Backend(label, server_env(var_dir, database_url, redis_url), var_dir, database_url)
         api_key = prepare(backend)
-        return [measure(backend, api_key, workers, args) for workers in args.workers]
+        return [
+            measure(backend, api_key, server, workers, args)
+            for server in args.servers
+            for workers in args.workers
+        ]
 
 
 # --- token counting ----------------------------------------------------------------------------------------
@@ -793,7 +819,11 @@ def header(args: argparse.Namespace, pg_version: str) -> str:
     ]
     if pg_version:
         redis = "PG+Redis rows with REDIS_URL, the others without" if args.redis else "no Redis"
-        extra.append(f"PostgreSQL {pg_version}; uvicorn (uvloop, httptools), DJANGO_DEBUG=false, {redis}")
+        extra.append(f"PostgreSQL {pg_version}; DJANGO_DEBUG=false, {redis}")
+    extra.append(
+        "servers: uvicorn (uvloop, httptools) on config.asgi, requests on MNEMO_HTTP_THREADS threads; "
+        f"granian (WSGI) on config.wsgi, {GRANIAN_THREADS} threads per worker"
+    )
     return machine_header("bench/append.py", *extra)
 
 
@@ -814,14 +844,14 @@ def table(runs: list[AppendRun], tokens: TokenRun | None) -> list[tuple[str, str
         target = f"target ≥{TARGET_PG_APPENDS_PER_S}, 0 errors: {verdict}"
         rows.append(
             (
-                f"HEADLINE PG appends/s, best ({best.label} w={best.workers}); {target}",
+                f"HEADLINE PG appends/s, best ({best.label} {best.server} w={best.workers}); {target}",
                 f"{best.appends.rate:.0f}",
                 f"{best.gets.rate:.0f} GET/s",
                 f"{best.appends.rate / best.gets.rate:.2f}",
             )
         )
     for run in runs:
-        name = f"{run.label} w={run.workers}"
+        name = f"{run.label} {run.server} w={run.workers}"
         a, g = run.appends, run.gets
         rows += [
             (f"{name} appends/s", f"{a.rate:.0f}", f"{g.rate:.0f} GET/s", f"{a.rate / g.rate:.2f}"),
@@ -891,7 +921,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "-k", "--conversations", type=int, default=100, help="conversations the appends spread over"
     )
-    parser.add_argument("--workers", default="1,2", help="uvicorn worker counts to try, comma-separated")
+    parser.add_argument("--workers", default="1,2", help="server worker counts to try, comma-separated")
+    parser.add_argument(
+        "--servers", default="granian,uvicorn", help="HTTP servers to try, comma-separated: granian, uvicorn"
+    )
     parser.add_argument("--warmup", type=int, default=300, help="untimed appends and GETs before each run")
     parser.add_argument("--corpus", type=int, default=3000, help="messages in the token-counting corpus")
     parser.add_argument(
@@ -911,6 +944,10 @@ def parse_args() -> argparse.Namespace:
         args.n, args.warmup, args.corpus, args.token_rounds = 300, 50, 300, 2
         args.conversations = min(args.conversations, 20)
     args.workers = [int(w) for w in args.workers.split(",")]
+    args.servers = [s.strip() for s in args.servers.split(",")]
+    unknown = set(args.servers) - {"granian", "uvicorn"}
+    if unknown:
+        parser.error(f"unknown server(s): {', '.join(sorted(unknown))}")
     return args
 
 

@@ -2,12 +2,15 @@
 before the data they describe is visible."""
 
 import asyncio
+import atexit
 import collections
+import contextlib
 import logging
+import threading
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import DEFAULT_CHANNEL_LAYER, InMemoryChannelLayer, channel_layers, get_channel_layer
 from django.db import transaction
 
 logger = logging.getLogger(__name__)
@@ -64,6 +67,44 @@ def events_bind_loop(loop: asyncio.AbstractEventLoop) -> None:
     _server_loop = loop
 
 
+# A process without a server loop (a WSGI server's workers, Celery workers) whose layer reaches other
+# processes (channels_redis) hands its events to a loop on a thread of its own, started on first use: one
+# loop for the process instead of a thread and a loop per event, and the events leave in order. The loop
+# has a layer instance of its own: a layer's connections belong to the loop that opened them.
+_publisher_loop: asyncio.AbstractEventLoop | None = None
+_publisher_layer: Any = None
+_publisher_lock = threading.Lock()
+
+
+def _publisher() -> tuple[asyncio.AbstractEventLoop, Any]:
+    global _publisher_loop, _publisher_layer
+    with _publisher_lock:
+        if _publisher_loop is None or not _publisher_loop.is_running():
+            loop = asyncio.new_event_loop()
+            started = threading.Event()
+            loop.call_soon(started.set)
+            threading.Thread(target=loop.run_forever, name="mnemo-events", daemon=True).start()
+            started.wait()
+            _publisher_loop = loop
+            _publisher_layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
+        return _publisher_loop, _publisher_layer
+
+
+@atexit.register
+def _flush(timeout: float = 2.0) -> None:
+    """A short-lived process (a management command) sends what it queued before it exits."""
+    loop = _publisher_loop
+    if loop is None or not loop.is_running():
+        return
+
+    async def drained() -> None:
+        while _outbox or (_drainer is not None and not _drainer.done()):
+            await asyncio.sleep(0.01)
+
+    with contextlib.suppress(Exception):
+        asyncio.run_coroutine_threadsafe(drained(), loop).result(timeout)
+
+
 def _send(group: str, message: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
@@ -72,7 +113,11 @@ def _send(group: str, message: dict[str, Any]) -> None:
     if loop is not None and loop.is_running():
         loop.call_soon_threadsafe(_enqueue, layer, group, message)
         return
-    # Celery workers, management commands, tests: no server loop in this process.
+    if not isinstance(layer, InMemoryChannelLayer):
+        loop, own_layer = _publisher()
+        loop.call_soon_threadsafe(_enqueue, own_layer, group, message)
+        return
+    # Tests and management commands on the in-memory layer: its queues belong to the caller's loop.
     try:
         async_to_sync(layer.group_send)(group, message)
     except Exception:
