@@ -11,6 +11,12 @@ reply that is not a chat completion) or the budget is spent, the rules serve and
 on the rules. A failure in any round discards what the earlier rounds planned: the LLM's plan is applied
 whole or not at all.
 
+The rules read the prose of the user's messages (code, logs and commands left out; lead-ins such as "btw" or
+"note for later:" dropped) and keep "remember …", "my name is …", "I prefer …", "we decided …", "my X is …",
+and a durable detail stated in passing: a statement carrying a specific value (memory.facts), e.g. "the
+ledger staging DB is on port 23456 now". A newer statement of the same detail invalidates the older memory
+(memory.archival).
+
 Tools (Letta-like: core memory is edited by text, not by position):
 - core_memory_append(label, content): adds `content` as a new line at the end of the block.
 - core_memory_update(label, old_text, new_text): replaces `old_text`, which must occur exactly once in the
@@ -44,6 +50,7 @@ from django.utils import timezone
 
 from conversations.models import Conversation, Message
 from memory.archival import archival_insert, archival_search
+from memory.facts import fact_signature, looks_secret, specific_values, strip_lead_in, wordset
 from memory.models import DEFAULT_CHAR_LIMIT, Actor, ArchivalMemory, CoreMemoryBlock, MemoryAgentCursor
 from memory.selectors import label_order
 from memory.services import core_memory_write
@@ -54,7 +61,10 @@ from tenants.models import EndUser
 
 logger = logging.getLogger(__name__)
 
-_SENTENCE = re.compile(r"(?<=[.!?。！？])\s*|\n+")
+# Sentences end at . ! ? … followed by a space or the end of the line, at 。！？ and at line breaks: never
+# inside 7.31.4, bastion-12.eu2.acme.internal or an e-mail address, nor after an abbreviation (e.g., i.e.).
+_SENTENCE_END = re.compile(r"[.!?…]+[\"'’”)\]]*(?=\s|$)|[。！？]+")
+_ABBREVIATIONS = wordset("e.g i.e etc vs approx incl cf al mr mrs ms dr st no nr fig ca resp")
 RULES: list[tuple[str, re.Pattern[str]]] = [
     ("remember", re.compile(r"^(?:please\s+)?remember(?:\s+that)?\s+(?P<fact>.{3,300})$", re.I)),
     ("name", re.compile(r"^(?:my name is|call me|i am called|i'm called)\s+(?P<name>[\w .'-]{2,60})$", re.I)),
@@ -71,6 +81,75 @@ RULES: list[tuple[str, re.Pattern[str]]] = [
     ),
     ("fact", re.compile(r"^(?:my|our)\s+[\w\s'-]{2,60}?\s+(?:is|are)\s+.{1,200}$", re.I)),
 ]
+MEMO_IMPORTANCE = 0.6
+# The "detail" rule: a statement of the user's that carries a specific value (memory.facts), e.g. "btw the
+# ledger staging DB is on port 23456 now". Not a question, a request, a guess, code or a log line.
+DETAIL_CHARS = (20, 300)
+_QUESTION = re.compile(
+    r"^(?:what|which|who|whom|whose|where|when|why|how|is|are|was|were|do|does|did|can|could|would|should|"
+    r"will|shall|may|might|has|have|had|any idea|anyone|is there|are there)\b",
+    re.I,
+)
+_REQUEST = re.compile(
+    r"^(?:please|pls|plz|can you|could you|would you|will you|can we|could we|shall we|let's|let us|"
+    r"i need you|i want you|i'd like you|help|tell|show|give|remind|make sure|try|check|run|fix|write|create|"
+    r"explain|review|look|figure out|find|draft|summari[sz]e|send|don't|do not|never|go ahead)\b",
+    re.I,
+)
+_HEDGE = re.compile(
+    r"\b(?:think|thinks|thought|maybe|perhaps|probably|possibly|might|guess|wonder|wondering|not sure|unsure|"
+    r"whether|suspect|seems?|apparently|assume|assuming|hopefully|i believe|not convinced|if)\b",
+    re.I,
+)
+# What happened once or was measured, not a detail to keep: "the job failed twice", "about 40 ms slower".
+_OBSERVATION = re.compile(
+    r"\b(?:failed|fails|failing|crashed|crashes|broke|fired|spiked|errored|threw|flaked|hung|timed out|"
+    r"went down|restarted|about \d|around \d|roughly|approximately|nearly \d|almost \d|"
+    r"(?:higher|lower|faster|slower|more|less|bigger|smaller) than)\b|~\s?\d",
+    re.I,
+)
+_STATEMENT = re.compile(
+    r"\b(?:is|are|was|were|be|been|has|have|it's|lives?|sits?|runs?|on|at|to|into|in|under|through|via|"
+    r"behind|called|named|pinned|moved|changed|switched|migrated|renamed|rotated|set|use|goes?|lands?|"
+    r"took over|owned|owns|approved|opened|filed|merged|became|now|answers|listens|points?)\b|’s\b|'s\b|:\s",
+    re.I,
+)
+_DECISION = re.compile(
+    r"\b(?:we|the team)\s+(?:have\s+|'ve\s+|are\s+|'re\s+|will\s+|'ll\s+)?"
+    r"(?:decided|agreed|chose|settled|pinned|gating|gated|froze|freezing|locked|standardi[sz]ed|committed)\b",
+    re.I,
+)
+# Lines that are code, a log, a command or a quote, not the user talking.
+_FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
+_COMMANDS = wordset(
+    "sudo kubectl git curl wget ssh scp rsync docker podman psql mysql redis-cli cd ls grep pip npm npx "
+    "yarn pnpm python python3 node cargo terraform helm aws gcloud az systemctl journalctl rm mv cp chmod "
+    "chown echo"
+)
+_LOG_LEVEL = re.compile(r"\b(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL|CRITICAL)\b")
+_CODE_START = re.compile(
+    r"(?:Traceback \(|File \"|at [\w.$]+\(|def |class \w+[(:]|import |from [\w.]+ import |return |"
+    r"const |let |var |func |fn |SELECT |INSERT |UPDATE \w+ SET|CREATE |DROP |ALTER |WITH \w+ AS)"
+)
+
+
+def _is_code_line(line: str) -> bool:
+    if re.match(r"(?: {4}|\t)(?!\s*(?:[-*•]|\d+[.)])\s)", line):  # indented code, not a nested list item
+        return True
+    text = line.strip()
+    if re.match(r"(?:\$|%|#+|>>>|>|PS>)\s|\|", text):  # a prompt, a comment, a quote, a table row
+        return True
+    if re.match(r"\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}|\[?\d{2}:\d{2}:\d{2}", text):  # a log line
+        return True
+    if _LOG_LEVEL.search(text) and re.search(r"\w=\S|\d{2}:\d{2}", text):
+        return True
+    if len(re.findall(r"\b\w+=\S", text)) >= 2 or _CODE_START.match(text):
+        return True
+    if text.split(" ", 1)[0] in _COMMANDS and re.search(r"\s--?\w|&&|\|\s|\s>\s|=|\s\.?/", text):
+        return True
+    symbols = sum(c in "{}[]();=<>$`\\" for c in text)
+    return symbols >= 4 and symbols > 0.08 * len(text.replace(" ", ""))
+
 
 # The tool loop: model calls per batch, tool calls per batch, and the size of what the model reads.
 MAX_ROUNDS = 4
@@ -123,7 +202,23 @@ class AgentRun:
 
 
 def _sentences(text: str) -> list[str]:
-    return [s.strip().rstrip(".!。！") for s in _SENTENCE.split(text) if s and s.strip()]
+    """The sentences of a message's prose: code blocks, logs, commands and quotes are left out."""
+    out = []
+    for line in _FENCE.sub("\n", text).split("\n"):
+        if not line.strip() or _is_code_line(line):
+            continue
+        line = re.sub(r"^\s*(?:[-*•]|\d+[.)])\s+", "", line)  # a list item's marker
+        start = 0
+        for end in _SENTENCE_END.finditer(line):
+            if end.group(0) == ".":
+                before = re.search(r"[\w.]+$", line[start : end.start()])
+                word = before.group(0) if before else ""
+                if word.lower() in _ABBREVIATIONS or re.fullmatch(r"[A-Z]", word):  # e.g. / J. Smith
+                    continue
+            out.append(line[start : end.end()])
+            start = end.end()
+        out.append(line[start:])
+    return [s.strip().rstrip(".!。！…") for s in out if s.strip().rstrip(".!。！…")]
 
 
 def _append_core(end_user: Any, label: str, line: str, *, conversation: Conversation, trigger: str) -> bool:
@@ -721,45 +816,83 @@ def memory_agent_run(*, conversation: Conversation) -> AgentRun:
     return run
 
 
+def _detail(sentence: str) -> str | None:
+    """The archival kind when a sentence states a durable detail (see DETAIL_CHARS and the patterns above),
+    else None."""
+    if not DETAIL_CHARS[0] <= len(sentence) <= DETAIL_CHARS[1] or sentence.endswith("?"):
+        return None
+    if _QUESTION.match(sentence) or _REQUEST.match(sentence):
+        return None
+    if _HEDGE.search(sentence) or _OBSERVATION.search(sentence):
+        return None
+    values = specific_values(sentence)
+    if not values or not _STATEMENT.search(sentence):
+        return None
+    # Besides the value, enough words to say what it belongs to ("it's QW-4821 now" does not).
+    if len(fact_signature(sentence).words) < 2:
+        return None
+    return ArchivalMemory.Kind.DECISION if _DECISION.search(sentence) else ArchivalMemory.Kind.FACT
+
+
+def _rule_match(sentence: str) -> tuple[str, re.Match[str] | None, str | None]:
+    for rule, pattern in RULES:
+        match = pattern.match(sentence)
+        if match is not None:
+            return rule, match, None
+    kind = _detail(sentence)
+    return ("detail", None, kind) if kind else ("", None, None)
+
+
 def _apply_rules(
     run: AgentRun, end_user: Any, conversation: Conversation, message: Message, sentence: str
 ) -> None:
-    for rule, pattern in RULES:
-        match = pattern.match(sentence)
-        if match is None:
-            continue
-        trigger = f"rule:{rule} (message #{message.seq})"
-        source = [str(message.id)]
-        if rule == "name":
-            name = match.group("name").strip()
-            if _append_core(end_user, "profile", f"Name: {name}", conversation=conversation, trigger=trigger):
-                run.operations.append({"op": "core_memory_append", "label": "profile", "rule": rule})
-            return
-        if rule == "preference":
-            if _append_core(end_user, "preferences", sentence, conversation=conversation, trigger=trigger):
-                run.operations.append({"op": "core_memory_append", "label": "preferences", "rule": rule})
-            kind = ArchivalMemory.Kind.PREFERENCE
-            content = sentence
-        elif rule == "remember":
-            kind, content = ArchivalMemory.Kind.FACT, match.group("fact").strip()
-        elif rule == "decision":
-            kind, content = ArchivalMemory.Kind.DECISION, sentence
-        else:
-            kind, content = ArchivalMemory.Kind.FACT, sentence
-        outcome = archival_insert(
-            end_user=end_user,
-            content=content,
-            kind=kind,
-            conversation=conversation,
-            source_message_ids=source,
-            actor=Actor.AGENT,
-            actor_name="rules",
-            trigger=trigger,
-        )
-        run.operations.append(
-            {"op": f"archival_memory_{outcome.action}", "id": str(outcome.memory.id), "rule": rule}
-        )
+    sentence, memo = strip_lead_in(sentence)
+    rule, match, kind = _rule_match(sentence)
+    if not rule:
         return
+    if looks_secret(sentence):  # never stored, as the LLM is told too
+        run.notes.append(f"A sentence of message #{message.seq} reads as a secret: not remembered.")
+        return
+    trigger = f"rule:{rule} (message #{message.seq})"
+    source = [str(message.id)]
+    content = sentence
+    if rule == "name":
+        assert match is not None
+        name = match.group("name").strip()
+        if _append_core(end_user, "profile", f"Name: {name}", conversation=conversation, trigger=trigger):
+            run.operations.append({"op": "core_memory_append", "label": "profile", "rule": rule})
+        return
+    if rule == "preference":
+        if _append_core(end_user, "preferences", sentence, conversation=conversation, trigger=trigger):
+            run.operations.append({"op": "core_memory_append", "label": "preferences", "rule": rule})
+        kind = ArchivalMemory.Kind.PREFERENCE
+    elif rule == "remember":
+        assert match is not None
+        kind, content, memo = ArchivalMemory.Kind.FACT, match.group("fact").strip(), True
+    elif rule == "decision":
+        kind = ArchivalMemory.Kind.DECISION
+    elif rule == "fact":
+        kind = ArchivalMemory.Kind.FACT
+    outcome = archival_insert(
+        end_user=end_user,
+        content=content,
+        kind=kind or ArchivalMemory.Kind.FACT,
+        # Said with "note for later", "fyi", "remember that": the user wants it kept.
+        importance=MEMO_IMPORTANCE if memo else 0.5,
+        conversation=conversation,
+        source_message_ids=source,
+        actor=Actor.AGENT,
+        actor_name="rules",
+        trigger=trigger,
+    )
+    operation: dict[str, Any] = {
+        "op": f"archival_memory_{outcome.action}",
+        "id": str(outcome.memory.id),
+        "rule": rule,
+    }
+    if outcome.invalidated:
+        operation["invalidated"] = [str(m.id) for m in outcome.invalidated]
+    run.operations.append(operation)
 
 
 def memory_agent_queued_key(conversation_id: Any) -> str:

@@ -1,7 +1,9 @@
 """Archival memory: facts and episodes of an end user with embeddings. Insert merges near-duplicates instead
 of piling them up; a fact about the same subject as an older one invalidates it (kept, marked, left out of
-search); search fuses lexical (the database's full-text index, re-ranked by BM25) and exact vector (numpy)
-rankings with RRF (k = 60)."""
+search): the same subject key ("my X is …", or given), or another specific value for the same thing
+(memory.facts: "the ledger DB is on port 23456 now" after "the ledger DB listens on port 5433"). Search fuses
+lexical (the database's full-text index, re-ranked by BM25) and exact vector (numpy) rankings with RRF
+(k = 60)."""
 
 import re
 import uuid
@@ -13,6 +15,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from conversations.models import Conversation
+from memory.facts import fact_signature, supersedes
 from memory.lexical import (
     MEMORIES,
     atom_shares,
@@ -106,11 +109,13 @@ def archival_insert(
         )
     else:
         vector = vectors[0]
+    explicit = bool(subject.strip())
     subject = subject_key(content, subject)
     # Lock the user's row: concurrent inserts of the same fact merge instead of both inserting.
     EndUser.objects.select_for_update().filter(pk=end_user.pk).first()
 
-    duplicate = _near_duplicate(end_user, content, vector, model)
+    candidates = list(_live(end_user).order_by("-created_at")[:SEARCH_SCAN_LIMIT])
+    duplicate = _near_duplicate(candidates, content, vector, model)
     if duplicate is not None:
         old = duplicate.content
         duplicate.mentions += 1
@@ -154,28 +159,56 @@ def archival_insert(
         conversation=conversation,
     )
     invalidated = []
-    if subject:
-        for older in _live(end_user).filter(subject=subject).exclude(pk=memory.pk):
-            older.invalidated_at = timezone.now()
-            older.invalidated_by = memory
-            older.save(update_fields=["invalidated_at", "invalidated_by"])
-            operation_log(
-                end_user=end_user,
-                op=MemoryOperation.Op.ARCHIVAL_INVALIDATE,
-                target=f"archival:{older.id}",
-                old_value=older.content,
-                new_value=content,
-                trigger=f"contradicted by a newer fact about {subject!r}",
-                actor=actor,
-                actor_name=actor_name,
-                conversation=conversation,
-            )
-            invalidated.append(older)
+    for older, reason in _contradicted(memory, candidates, explicit=explicit):
+        older.invalidated_at = timezone.now()
+        older.invalidated_by = memory
+        older.save(update_fields=["invalidated_at", "invalidated_by"])
+        operation_log(
+            end_user=end_user,
+            op=MemoryOperation.Op.ARCHIVAL_INVALIDATE,
+            target=f"archival:{older.id}",
+            old_value=older.content,
+            new_value=content,
+            trigger=reason,
+            actor=actor,
+            actor_name=actor_name,
+            conversation=conversation,
+        )
+        invalidated.append(older)
     return InsertOutcome(memory, "inserted", invalidated, degradations)
 
 
-def _near_duplicate(end_user: EndUser, content: str, vector: Any, model: str) -> ArchivalMemory | None:
-    candidates = list(_live(end_user).order_by("-created_at")[:SEARCH_SCAN_LIMIT])
+# Kinds whose content states a value that a newer statement can replace.
+_VALUED_KINDS = (ArchivalMemory.Kind.FACT, ArchivalMemory.Kind.DECISION)
+
+
+def _contradicted(
+    memory: ArchivalMemory, candidates: list[ArchivalMemory], *, explicit: bool
+) -> list[tuple[ArchivalMemory, str]]:
+    """The older live memories the new one replaces, each with the reason: the same subject key, or (when no
+    subject was given) a different specific value for the same thing (memory.facts.supersedes)."""
+    out: list[tuple[ArchivalMemory, str]] = []
+    if memory.subject:
+        reason = f"contradicted by a newer fact about {memory.subject!r}"
+        out = [(c, reason) for c in candidates if c.subject == memory.subject]
+    if explicit or memory.kind not in _VALUED_KINDS:
+        return out
+    signature = fact_signature(memory.content)
+    if not signature.values:
+        return out
+    chosen = {c.pk for c, _ in out}
+    for candidate in candidates:
+        if candidate.pk in chosen or candidate.kind not in _VALUED_KINDS:
+            continue
+        shared = supersedes(signature, fact_signature(candidate.content))
+        if shared:
+            out.append((candidate, f"a newer fact gives another value for {' '.join(shared)!r}"))
+    return out
+
+
+def _near_duplicate(
+    candidates: list[ArchivalMemory], content: str, vector: Any, model: str
+) -> ArchivalMemory | None:
     normalised = " ".join(content.lower().split())
     for candidate in candidates:
         if " ".join(candidate.content.lower().split()) == normalised:
@@ -189,7 +222,9 @@ def _near_duplicate(end_user: EndUser, content: str, vector: Any, model: str) ->
             if sims[best] >= NEAR_DUPLICATE_COSINE and _same_particulars(with_vectors[best].content, content):
                 return with_vectors[best]
     for candidate in candidates:
-        if jaccard(candidate.content, content) >= NEAR_DUPLICATE_JACCARD:
+        if jaccard(candidate.content, content) >= NEAR_DUPLICATE_JACCARD and _same_particulars(
+            candidate.content, content
+        ):
             return candidate
     return None
 

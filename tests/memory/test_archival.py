@@ -3,9 +3,10 @@ the local MiniLM when installed and lexical only (reported) otherwise, delete, r
 
 import pytest
 
-from memory.archival import archival_insert, archival_search, subject_key
+from memory.archival import archival_insert, archival_revert, archival_search, subject_key
+from memory.facts import fact_signature, supersedes
 from memory.lexical import RRF_K, bm25_rank, rrf, tokens
-from memory.models import ArchivalMemory, MemoryOperation
+from memory.models import Actor, ArchivalMemory, MemoryOperation
 from providers import embeddings
 from tenants.services import end_user_get_or_create
 from tests.summaries.helpers import context, history
@@ -188,3 +189,126 @@ def test_outsider_and_anonymous(
         assert response.status_code == 401
     assert ArchivalMemory.objects.filter(tenant=owner.tenant).count() == 1
     assert owner.client.get(f"{URL}/search").status_code == 400  # q is required
+
+
+def test_a_newer_value_for_the_same_thing_invalidates_the_older_fact(owner, conversation, lexical_only):
+    old = insert(owner, "The ledger staging Postgres does not listen on 5432, it's on port 23456.").json()
+    assert old["memory"]["subject"] == ""
+    other_service = insert(owner, "The checkout staging database answers on port 41000.").json()
+    production = insert(owner, "The ledger production database is on port 5999.").json()
+    other_thing = insert(owner, "The ledger staging deploy key is QW-4821.").json()
+    assert other_service["invalidated"] == production["invalidated"] == other_thing["invalidated"] == []
+
+    new = insert(owner, "They moved the ledger staging database; it answers on port 34567 now.").json()
+    assert new["action"] == "inserted"
+    assert new["invalidated"] == [old["memory"]["id"]]
+    stored = ArchivalMemory.objects.get(pk=old["memory"]["id"])
+    assert str(stored.invalidated_by_id) == new["memory"]["id"]
+    operation = MemoryOperation.objects.get(op="archival_memory_invalidate")
+    assert operation.target == f"archival:{old['memory']['id']}"
+    assert operation.trigger == "a newer fact gives another value for 'ledger staging database port'"
+    live = {m["content"] for m in owner.client.get(URL).json()["memories"]}
+    assert live == {
+        "They moved the ledger staging database; it answers on port 34567 now.",
+        "The checkout staging database answers on port 41000.",
+        "The ledger production database is on port 5999.",
+        "The ledger staging deploy key is QW-4821.",
+    }
+    # Reverting the invalidation (support staff) brings the old fact back.
+    archival_revert(operation=operation, actor=Actor.ADMIN)
+    assert ArchivalMemory.objects.get(pk=old["memory"]["id"]).invalidated_at is None
+
+
+def test_the_same_value_restated_or_an_explicit_subject_does_not_invalidate_by_signature(
+    owner, conversation, lexical_only
+):
+    first = insert(owner, "Alerts for ledger go to the Slack channel #ops-falcon-quartz.").json()
+    again = insert(owner, "btw the ledger alert channel is #ops-falcon-quartz.").json()
+    assert again["invalidated"] == []
+    # An explicit subject keeps its own rule: only memories with that subject are replaced.
+    explicit = insert(
+        owner, "We renamed the ledger alert channel, it's #ops-tundra-harbor now.", subject="x"
+    ).json()
+    assert explicit["invalidated"] == []
+    # Without one, the newer channel replaces both statements of the old one.
+    newer = insert(owner, "We renamed the ledger alert channel again, it's #ops-cobalt-lantern now.").json()
+    assert set(newer["invalidated"]) == {
+        first["memory"]["id"],
+        again["memory"]["id"],
+        explicit["memory"]["id"],
+    }
+    # Preferences and episodes are not facts with values: nothing replaces them by signature.
+    kept = insert(owner, "The ledger alert channel was #ops-x1-old during the outage.", kind="context").json()
+    assert kept["invalidated"] == []
+
+
+def test_alike_sentences_with_other_values_do_not_merge(owner, conversation, lexical_only):
+    old = insert(
+        owner, "The nightly export for the finance team writes to bucket acme-finance-export-eu2."
+    ).json()
+    new = insert(
+        owner, "The nightly export for the finance team writes to bucket acme-finance-export-us1."
+    ).json()
+    assert new["action"] == "inserted"  # not merged into the old wording
+    assert new["invalidated"] == [old["memory"]["id"]]
+
+
+@pytest.mark.parametrize(
+    "old, new, replaces",
+    [
+        (
+            "My on-call pager number is +44 20 7946 1234, in case.",
+            "My pager number changed, it's +44 20 7946 5678 now.",
+            True,
+        ),
+        (
+            "Ingrid Solberg took over ownership of ledger last sprint.",
+            "Org change: ledger is owned by Tariq Haddad.",
+            True,
+        ),
+        (
+            "Finance approved a monthly cloud budget of $45,300 for ledger.",
+            "The ledger cloud budget was cut to $32,100 a month.",
+            True,
+        ),
+        (
+            "The partner API that ledger calls throttles us at 4550 requests per minute.",
+            "The partner raised the ledger limit: 6750 requests per minute.",
+            True,
+        ),
+        (
+            "We decided to freeze ledger deploys starting 2025-11-15.",
+            "The ledger deploy freeze got pushed, it now starts 2025-12-20.",
+            True,
+        ),
+        # Another service, another environment, another kind of value, another thing of the same service.
+        (
+            "Finance approved a monthly cloud budget of $45,300 for ledger.",
+            "The checkout cloud budget was cut to $32,100 a month.",
+            False,
+        ),
+        ("The ledger staging DB is on port 23456.", "The ledger replica DB is on port 23457.", False),
+        (
+            "The ledger staging DB is on port 23456.",
+            "The ledger staging DB is on bastion-12.eu2.acme.internal.",
+            False,
+        ),
+        (
+            "The ledger staging deploy key is QW-4821.",
+            "The ledger break-glass vault entry is FalconQuartz42.",
+            False,
+        ),
+        (
+            "Ingrid Solberg took over ownership of ledger.",
+            "Ingrid Solberg took over ownership of checkout.",
+            False,
+        ),
+        (
+            "Deploys of ledger are manual.",
+            "Deploys of ledger go through pipeline P-1234.",
+            False,
+        ),  # no old value
+    ],
+)
+def test_supersedes_is_conservative(old, new, replaces):
+    assert bool(supersedes(fact_signature(new), fact_signature(old))) is replaces
