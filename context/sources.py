@@ -13,7 +13,7 @@ from typing import Any
 from django.db import transaction
 
 from context.models import ConversationContext
-from conversations.models import Conversation
+from conversations.models import Conversation, Message
 from memory.archival import archival_search
 from memory.recall import recall_messages
 from memory.rewrite import query_rewrite
@@ -151,11 +151,14 @@ def rewrite_query(state: Any) -> None:
     keeps the user's own words."""
     if not retrieval_enabled(state):
         return
+    # B6 is loaded: the newest messages the rules and the LLM read are already at hand.
+    talk = (Message.Role.USER, Message.Role.ASSISTANT)
     state.rewrite = query_rewrite(
         conversation=state.conversation,
         query=state.layout.user_message,
         task_state=getattr(state, "task_state", None),
         before_seq=state.history_until,
+        recent=[(m.role, m.content) for m in reversed(state.layout.b6) if m.role in talk],
     )
     for degradation in state.rewrite.degradations:
         state.degrade("rewrite", degradation["code"], degradation["message"])

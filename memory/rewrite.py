@@ -163,12 +163,17 @@ def query_rewrite(
     query: str,
     task_state: dict[str, Any] | None = None,
     before_seq: int | None = None,
+    recent: list[tuple[str, str]] | None = None,
 ) -> Rewrite:
+    """`recent`: (role, content) of the newest user and assistant messages, newest first, when the caller
+    already holds them (the context pipeline's B6); read from the database when None or too few."""
     # Only an explicit reference back: a merely short question ("what next?") is left alone, at no cost.
     if not _REFERENCE.search(query):
         return Rewrite(query, "passthrough")
     config = _rewrite_llm(conversation)
-    history = _recent(conversation, query, before_seq, LLM_HISTORY if config else RULES_HISTORY)
+    count = LLM_HISTORY if config else RULES_HISTORY
+    held = [(role, content) for role, content in recent or [] if content != query][:count]
+    history = held if len(held) == count else _recent(conversation, query, before_seq, count)
     degradations: list[dict[str, str]] = []
     if config is not None:
         if cache.get(_pause_key(config)):
