@@ -818,7 +818,8 @@ def header(args: argparse.Namespace, pg_version: str) -> str:
         f"~{REPLAY_RATE:.0%} of appends replayed with the same Idempotency-Key",
     ]
     if pg_version:
-        redis = "PG+Redis rows with REDIS_URL, the others without" if args.redis else "no Redis"
+        with_redis = args.redis or args.redis_only
+        redis = "PG+Redis rows with REDIS_URL, the others without" if with_redis else "no Redis"
         extra.append(f"PostgreSQL {pg_version}; DJANGO_DEBUG=false, {redis}")
     extra.append(
         "servers: uvicorn (uvloop, httptools) on config.asgi, requests on MNEMO_HTTP_THREADS threads; "
