@@ -91,8 +91,9 @@ def _publisher() -> tuple[asyncio.AbstractEventLoop, Any]:
 
 
 @atexit.register
-def _flush(timeout: float = 2.0) -> None:
-    """A short-lived process (a management command) sends what it queued before it exits."""
+def events_flush(timeout: float = 2.0) -> None:
+    """Wait until what this process handed to its publisher loop is sent: at exit (a short-lived process,
+    such as a management command), and where a caller needs earlier events out before it goes on."""
     loop = _publisher_loop
     if loop is None or not loop.is_running():
         return

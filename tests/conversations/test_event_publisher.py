@@ -82,5 +82,5 @@ def test_what_was_queued_is_sent_before_the_process_exits(layer):
 
     layer.group_send = slow_send
     events._send("g", message("last"))
-    events._flush(timeout=5)
+    events.events_flush(timeout=5)
     assert slow == ["last"]
