@@ -179,7 +179,7 @@ def load_retrieval(state: Any) -> None:
     conversation's earlier messages and the end user's other conversations (with their seq), each scored with
     RRF so the budget stage can trim the weakest. The best top_k (archival: at most ARCHIVAL_TOP_K) not in B6
     go into B5; up to RETRIEVAL_RESERVE more wait in state.b5_reserve."""
-    rewrite = getattr(state, "rewrite", None)
+    rewrite = state.rewrite
     if rewrite is None:
         return
     options = state.request.retrieval or {}
