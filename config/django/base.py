@@ -105,6 +105,12 @@ if DATABASE_URL:
             "max_size": env_int("MNEMO_DB_POOL_MAX", 20, minimum=1),
             "timeout": 10,
         }
+        if env_bool("MNEMO_DB_PREPARED_STATEMENTS", True):
+            # Parameters bound on the server, and a statement run twice on a connection is prepared: the
+            # hot statements (an append's lock, insert and lookups) are parsed and planned once per pooled
+            # connection instead of once per request. Set false behind a pooler that cannot carry prepared
+            # statements (PgBouncer in transaction mode before 1.21).
+            DATABASES["default"]["OPTIONS"].update(server_side_binding=True, prepare_threshold=2)
 else:
     DATABASES = {
         "default": {
