@@ -33,16 +33,19 @@ def test_env_int_refuses_garbage_and_too_small(monkeypatch):
         env_int("MNEMO_N", 5, minimum=1)
 
 
-def _start(env_overrides: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess:
+DEFAULT_PRINT = (
+    "s.DATABASES['default']['ENGINE'], s.CELERY_TASK_ALWAYS_EAGER, s.CHANNEL_LAYERS['default']['BACKEND']"
+)
+
+
+def _start(
+    env_overrides: dict[str, str], tmp_path: Path, printed: str = DEFAULT_PRINT
+) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
     env.update(
         {"MNEMO_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "config.django.local"}, **env_overrides
     )
-    code = (
-        "import django; django.setup(); from django.conf import settings as s; "
-        "print(s.DATABASES['default']['ENGINE'], s.CELERY_TASK_ALWAYS_EAGER, "
-        "s.CHANNEL_LAYERS['default']['BACKEND'])"
-    )
+    code = f"import django; django.setup(); from django.conf import settings as s; print({printed})"
     return subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
     )
@@ -76,6 +79,18 @@ def test_service_urls_switch_to_postgres_and_redis(tmp_path):
         "False",
         "channels_redis.core.RedisChannelLayer",
     ]
+
+
+@pytest.mark.parametrize(("flag", "expected"), [(None, ["True", "2"]), ("false", ["None", "None"])])
+def test_postgres_prepares_statements_unless_turned_off(tmp_path, flag, expected):
+    overrides = {"DATABASE_URL": "postgres://postgres@127.0.0.1:5432/test"}
+    if flag is not None:
+        overrides["MNEMO_DB_PREPARED_STATEMENTS"] = flag
+    options = "s.DATABASES['default']['OPTIONS']"
+    printed = f"{options}.get('server_side_binding'), {options}.get('prepare_threshold')"
+    result = _start(overrides, tmp_path, printed)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == expected
 
 
 def test_production_needs_a_secret_key(tmp_path):
