@@ -4,13 +4,15 @@ from django.db.models import QuerySet
 
 from conversations.models import Conversation, Message, Turn
 from tenants.models import Tenant
-from tenants.scoping import access_object
+from tenants.scoping import ScopedRowLookup, access_object
+
+# Every conversation endpoint (appends and context calls above all) starts with this lookup.
+_conversation_lookup = ScopedRowLookup(Conversation, scope="tenant", related="end_user")
 
 
 def access_conversation(*, tenant: Tenant, conversation_id: object) -> Conversation:
-    conversation = access_object(
-        Conversation.objects.select_related("end_user"), pk=conversation_id, tenant=tenant
-    )
+    """The tenant's conversation with its end user loaded, else Http404."""
+    conversation = _conversation_lookup.get(pk=conversation_id, scope_value=tenant.pk)
     conversation.tenant = tenant  # the caller's object: no join, no second query
     return conversation
 

@@ -2,9 +2,9 @@
 never a 403 and never a leak."""
 
 import uuid
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from django.db import models
+from django.db import connections, models
 from django.http import Http404
 
 from tenants.models import EndUser, Tenant
@@ -26,6 +26,82 @@ def access_object(queryset: models.QuerySet[M], *, pk: object, **scope: object) 
         return queryset.get(pk=pk, **scope)
     except (queryset.model.DoesNotExist, ValueError, TypeError):
         raise Http404 from None
+
+
+class ScopedRowLookup:
+    """One row by primary key inside a scope column, with the row of one nullable foreign key joined, as a
+    fixed statement built once from the models' metadata: what access_object(qs.select_related(fk), pk=…,
+    scope=…) does, for the lookups every request of an endpoint family starts with. Django compiles a
+    queryset anew on every call (~0.35 ms of CPU for a conversation with its end user, four times the
+    round trip); the values go through the same database converters the ORM applies."""
+
+    def __init__(self, model: type[models.Model], *, scope: str, related: str) -> None:
+        self.model = model
+        self.scope_field = model._meta.get_field(scope)
+        self.related_field = model._meta.get_field(related)
+        self.related_model = self.related_field.related_model
+        self._prepared: dict[str, tuple[str, list[Any], list[Any]]] = {}
+
+    def _prepare(self, connection: Any) -> tuple[str, list[Any], list[Any]]:
+        quote = connection.ops.quote_name
+        own = self.model._meta.concrete_fields
+        joined = self.related_model._meta.concrete_fields
+        columns = [f"o.{quote(f.column)}" for f in own] + [f"r.{quote(f.column)}" for f in joined]
+        sql = (
+            f"SELECT {', '.join(columns)} FROM {quote(self.model._meta.db_table)} o "  # noqa: S608
+            f"LEFT OUTER JOIN {quote(self.related_model._meta.db_table)} r "
+            f"ON r.{quote(self.related_model._meta.pk.column)} = o.{quote(self.related_field.column)} "
+            f"WHERE o.{quote(self.model._meta.pk.column)} = %s AND o.{quote(self.scope_field.column)} = %s"
+        )
+
+        def converters(fields: Any, alias: str) -> list[Any]:
+            out = []
+            for field in fields:
+                col = field.get_col(alias)
+                found = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
+                out.append((field.attname, col, found))
+            return out
+
+        return sql, converters(own, "o"), converters(joined, "r")
+
+    def get(self, *, pk: object, scope_value: object, using: str = "default") -> models.Model:
+        """The row, else Http404 (also for a malformed pk)."""
+        pk_field = self.model._meta.pk
+        if isinstance(pk_field, models.UUIDField) and not isinstance(pk, uuid.UUID):
+            try:
+                pk = uuid.UUID(str(pk))
+            except ValueError:
+                raise Http404 from None
+        connection = connections[using]
+        prepared = self._prepared.get(connection.vendor)
+        if prepared is None:
+            prepared = self._prepared[connection.vendor] = self._prepare(connection)
+        sql, own, joined = prepared
+        params = [
+            pk_field.get_db_prep_value(pk, connection),
+            self.scope_field.get_db_prep_value(scope_value, connection),
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        if row is None:
+            raise Http404
+        obj = self._build(self.model, own, row[: len(own)], connection, using)
+        related_values = row[len(own) :]
+        related = None
+        if related_values[0] is not None:  # the related model's first column is its primary key
+            related = self._build(self.related_model, joined, related_values, connection, using)
+        self.related_field.set_cached_value(obj, related)
+        return obj
+
+    @staticmethod
+    def _build(model: Any, fields: list[Any], values: Any, connection: Any, using: str) -> Any:
+        converted = []
+        for (_attname, col, found), value in zip(fields, values, strict=True):
+            for converter in found:
+                value = converter(value, col, connection)
+            converted.append(value)
+        return model.from_db(using, [attname for attname, _col, _found in fields], converted)
 
 
 def access_end_user(*, tenant: Tenant, external_id: str) -> EndUser:
