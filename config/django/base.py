@@ -73,8 +73,9 @@ ROOT_URLCONF = "config.urls"
 ASGI_APPLICATION = "config.asgi.application"
 WSGI_APPLICATION = "config.wsgi.application"
 # Threads per server process that run HTTP requests (config/asgi.py); each holds at most one database
-# connection from the pool, so keep it at or below MNEMO_DB_POOL_MAX.
-MNEMO_HTTP_THREADS = env_int("MNEMO_HTTP_THREADS", 8, minimum=1)
+# connection from the pool, so keep it at or below MNEMO_DB_POOL_MAX. The views hold the GIL most of the
+# time: 4 threads served more appends than 8 on 2 cores (fewer hand-offs of the GIL; bench/append.py).
+MNEMO_HTTP_THREADS = env_int("MNEMO_HTTP_THREADS", 4, minimum=1)
 
 TEMPLATES = [
     {
