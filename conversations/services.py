@@ -1,13 +1,15 @@
 """Writes to conversations, turns and messages. `seq` and turn indexes are assigned under a row lock on
 the conversation, so concurrent writers (threads, processes, hosts) never gap or collide."""
 
+import contextlib
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.http import Http404
 from django.utils import timezone
 from rest_framework import status
@@ -238,6 +240,10 @@ def message_append_batch(
             conversation_id=conversation.pk,
             policy=image_policy(conversation.tenant.settings),
         )
+    if intake is None and len(prepared) == 1 and _fits_one_statement(prepared[0]):
+        message = _append_in_one_statement(conversation, prepared[0])
+        if message is not None:
+            return [AppendResult(message, created=True)]
     try:
         return _append_locked(conversation, prepared, keys, intake)
     except BaseException:
@@ -288,6 +294,95 @@ def _append_context(conversation: Conversation, keys: list[str]) -> tuple[Any, b
         )
         turn_id, seen_count = cursor.fetchone()
     return (Turn._meta.pk.to_python(turn_id) if turn_id is not None else None), bool(seen_count)
+
+
+def _fits_one_statement(row: dict[str, Any]) -> bool:
+    """A plain message (the common append): no images to store, no turn or parent to check, no usage."""
+    return (
+        connection.vendor == "postgresql"
+        and row["turn_id"] is None
+        and row["parent_id"] is None
+        and row["usage"] is None
+    )
+
+
+@functools.cache
+def _one_statement_sql(with_key: bool) -> str:
+    """The one-statement append. Parameters: updated_at, the conversation (twice more with the key and the
+    key), then one per message column in _meta order, seq excepted, the conversation in turn_id's place."""
+    quote = connection.ops.quote_name
+    conversations, messages = quote(Conversation._meta.db_table), quote(Message._meta.db_table)
+    fields = Message._meta.concrete_fields
+    values = {"seq": "reserved.last_seq", "turn_id": "mnemo_active_turn(%s)"}
+    unused = (
+        f" AND NOT EXISTS (SELECT 1 FROM {messages} WHERE {quote('conversation_id')} = %s "  # noqa: S608
+        f"AND {quote('idempotency_key')} = %s)"
+        if with_key
+        else ""
+    )
+    return (
+        f"WITH reserved AS (UPDATE {conversations} SET {quote('last_seq')} = {quote('last_seq')} + 1, "  # noqa: S608
+        f"{quote('updated_at')} = %s WHERE {quote('id')} = %s{unused} RETURNING {quote('last_seq')}) "
+        f"INSERT INTO {messages} ({', '.join(quote(f.column) for f in fields)}) "
+        f"SELECT {', '.join(values.get(f.attname, '%s') for f in fields)} FROM reserved "
+        f"RETURNING {quote('seq')}, {quote('turn_id')}"
+    )
+
+
+def _append_in_one_statement(conversation: Conversation, row: dict[str, Any]) -> Message | None:
+    """PostgreSQL, one plain message: the seq reservation (which takes the conversation's row lock), the
+    active turn and the insert in one statement, so an append is one round trip instead of five (BEGIN,
+    lock, lookups, insert, COMMIT), the same writes as _append_locked. The active turn comes from
+    mnemo_active_turn() (migration 0004), which reads after the lock is held, as _append_context does.
+
+    None when the statement wrote nothing, and the caller takes the locked path, which answers each case:
+    the key was used before (a replay), the conversation is gone, or a concurrent writer used the same key
+    first (the unique constraint refused the insert, and the statement's update went with it)."""
+    message = Message(
+        conversation_id=conversation.pk,
+        seq=0,
+        created_at=timezone.now(),
+        **{k: v for k, v in row.items() if k not in ("usage", "turn_id", "images")},
+    )
+    key = message.idempotency_key
+    pk = Conversation._meta.pk.get_db_prep_value(conversation.pk, connection)
+    stamp = Conversation._meta.get_field("updated_at").get_db_prep_value(message.created_at, connection)
+    params: list[Any] = [stamp, pk] + ([pk, key] if key is not None else [])
+    for field in Message._meta.concrete_fields:
+        if field.attname == "turn_id":
+            params.append(pk)  # mnemo_active_turn's argument
+        elif field.attname != "seq":
+            params.append(field.get_db_prep_save(getattr(message, field.attname), connection))
+    # Inside a caller's transaction, a refused statement must not abort it: a savepoint takes the error.
+    guard = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
+    try:
+        with guard, connection.cursor() as cursor:
+            cursor.execute(_one_statement_sql(key is not None), params)
+            found = cursor.fetchone()
+    except IntegrityError:
+        return None
+    if found is None:
+        return None
+    message.seq, message.turn_id = found
+    message._state.adding = False
+    message._state.db = connection.alias
+    conversation.last_seq = message.seq
+    _announce(conversation, [message])
+    return message
+
+
+def _announce(conversation: Conversation, created: list[Message]) -> None:
+    """After new messages are written: the memory agent's trigger and the sockets' events (both leave when
+    the transaction commits)."""
+    if any(m.role == Message.Role.ASSISTANT and m.completed for m in created):
+        exchange_completed.send(sender=Message, conversation=conversation)
+    for message in created:
+        event_publish(
+            tenant_id=conversation.tenant_id,
+            conversation_id=conversation.pk,
+            event="message.appended",
+            data=MessageOutputSerializer(message).data,
+        )
 
 
 def _append_locked(
@@ -387,15 +482,7 @@ def _append_locked(
                 assistant_usage_reported.send(
                     sender=Message, conversation=conversation, message=message, usage=usage
                 )
-            if any(m.role == Message.Role.ASSISTANT and m.completed for m in to_create):
-                exchange_completed.send(sender=Message, conversation=conversation)
-            for message in to_create:
-                event_publish(
-                    tenant_id=conversation.tenant_id,
-                    conversation_id=conversation.pk,
-                    event="message.appended",
-                    data=MessageOutputSerializer(message).data,
-                )
+            _announce(conversation, to_create)
     conversation.last_seq = seq
     return [r for r in results if r is not None]
 
