@@ -376,7 +376,11 @@ def _announce(conversation: Conversation, created: list[Message]) -> None:
     the transaction commits)."""
     if any(m.role == Message.Role.ASSISTANT and m.completed for m in created):
         exchange_completed.send(sender=Message, conversation=conversation)
-    for message in created:
+    _publish_appended(conversation, created)
+
+
+def _publish_appended(conversation: Conversation, messages: list[Message]) -> None:
+    for message in messages:
         event_publish(
             tenant_id=conversation.tenant_id,
             conversation_id=conversation.pk,
@@ -526,13 +530,7 @@ def compaction_records_append(
             )
         Message.objects.bulk_create(messages)
         Conversation.objects.filter(pk=locked.pk).update(last_seq=seq, updated_at=now)
-        for message in messages:
-            event_publish(
-                tenant_id=locked.tenant_id,
-                conversation_id=locked.id,
-                event="message.appended",
-                data=MessageOutputSerializer(message).data,
-            )
+        _publish_appended(locked, messages)
     conversation.last_seq = seq
     return messages
 
