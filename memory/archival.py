@@ -96,7 +96,11 @@ def archival_insert(
     actor: str = Actor.API,
     actor_name: str = "",
     trigger: str = "",
+    replace_older: bool = True,
 ) -> InsertOutcome:
+    """Store a memory, or merge it into a near duplicate. A new statement replaces the older live ones it
+    contradicts (same subject, or another value for the same thing) unless replace_older is False: a
+    restored memory (the revert of a delete) is an old statement and must not replace what came after it."""
     content = content.strip()
     if not content:
         raise ApplicationError("An archival memory needs content.", code="empty_content")
@@ -159,7 +163,8 @@ def archival_insert(
         conversation=conversation,
     )
     invalidated = []
-    for older, reason in _contradicted(memory, candidates, explicit=explicit):
+    replaced = _contradicted(memory, candidates, explicit=explicit) if replace_older else []
+    for older, reason in replaced:
         older.invalidated_at = timezone.now()
         older.invalidated_by = memory
         older.save(update_fields=["invalidated_at", "invalidated_by"])
@@ -421,6 +426,7 @@ def archival_revert(
             actor=actor,
             actor_name=actor_name,
             trigger=trigger,
+            replace_older=False,
         )
         return MemoryOperation.objects.filter(target=f"archival:{outcome.memory.id}").first()
     raise ApplicationError(

@@ -219,6 +219,36 @@ def test_a_newer_value_for_the_same_thing_invalidates_the_older_fact(owner, conv
     assert ArchivalMemory.objects.get(pk=old["memory"]["id"]).invalidated_at is None
 
 
+def test_reverting_a_delete_restores_the_memory_without_invalidating_newer_ones(
+    owner, conversation, lexical_only
+):
+    """Undoing a delete brings the old statement back as it was: it must not act as a newer fact and replace
+    what was learnt after it (by value or by subject)."""
+    old = insert(owner, "The ledger staging database answers on port 23456.").json()["memory"]
+    owner.client.delete(f"{URL}/{old['id']}")
+    delete = MemoryOperation.objects.get(op="archival_memory_delete")
+    newer = insert(owner, "The ledger staging database answers on port 34567 now.").json()
+    assert newer["invalidated"] == []  # the old one was gone already
+    by_subject_old = insert(owner, "Alice's editor is vim.", subject="editor").json()["memory"]
+    owner.client.delete(f"{URL}/{by_subject_old['id']}")
+    delete_by_subject = MemoryOperation.objects.filter(op="archival_memory_delete").latest("created_at")
+    by_subject_new = insert(owner, "Alice's editor is helix.", subject="editor").json()["memory"]
+
+    archival_revert(operation=delete, actor=Actor.ADMIN)
+    archival_revert(operation=delete_by_subject, actor=Actor.ADMIN)
+
+    live = set(ArchivalMemory.objects.filter(invalidated_at__isnull=True).values_list("content", flat=True))
+    assert live == {
+        "The ledger staging database answers on port 23456.",
+        "The ledger staging database answers on port 34567 now.",
+        "Alice's editor is vim.",
+        "Alice's editor is helix.",
+    }
+    assert ArchivalMemory.objects.get(pk=newer["memory"]["id"]).invalidated_by is None
+    assert ArchivalMemory.objects.get(pk=by_subject_new["id"]).invalidated_at is None
+    assert not MemoryOperation.objects.filter(op="archival_memory_invalidate").exists()
+
+
 def test_the_same_value_restated_or_an_explicit_subject_does_not_invalidate_by_signature(
     owner, conversation, lexical_only
 ):
