@@ -255,6 +255,13 @@ def archival_delete(
         trigger=trigger,
         actor=actor,
         actor_name=actor_name,
+        details={
+            "conversation_id": str(memory.conversation_id) if memory.conversation_id else None,
+            "kind": memory.kind,
+            "subject": memory.subject,
+            "importance": memory.importance,
+            "source_message_ids": memory.source_message_ids,
+        },
     )
     memory.delete()
 
@@ -420,9 +427,21 @@ def archival_revert(
             actor_name=actor_name,
         )
     if operation.op == MemoryOperation.Op.ARCHIVAL_DELETE and memory is None:
+        kept = operation.details or {}  # deletes logged before memory 0005 kept the content only
+        conversation_id = kept.get("conversation_id")
+        conversation = (
+            Conversation.objects.filter(pk=conversation_id, tenant_id=end_user.tenant_id).first()
+            if conversation_id
+            else None  # or purged since
+        )
         outcome = archival_insert(
             end_user=end_user,
             content=operation.old_value,
+            kind=kept.get("kind", ArchivalMemory.Kind.FACT),
+            importance=kept.get("importance", 0.5),
+            subject=kept.get("subject", ""),
+            conversation=conversation,
+            source_message_ids=kept.get("source_message_ids"),
             actor=actor,
             actor_name=actor_name,
             trigger=trigger,

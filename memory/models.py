@@ -103,6 +103,9 @@ class MemoryOperation(models.Model):
     trigger = models.TextField(
         blank=True, default="", help_text="why: the reason given or the rule that fired"
     )
+    # What the values alone do not hold: a deleted archival memory's kind, subject, importance and sources,
+    # so that reverting the delete restores it whole.
+    details = models.JSONField(default=dict, blank=True)
     actor = models.CharField(max_length=8, choices=Actor.choices)
     actor_name = models.CharField(max_length=150, blank=True, default="")
     reverted_by = models.ForeignKey(

@@ -58,6 +58,7 @@ def memory_operation_data(op: MemoryOperation) -> dict[str, Any]:
         "actor_name": op.actor_name,
         "conversation_id": op.conversation_id,
         "reverted_by": op.reverted_by_id,
+        "details": op.details,
         "created_at": op.created_at,
     }
 

@@ -31,6 +31,7 @@ def operation_log(
     actor: str,
     actor_name: str = "",
     conversation: Conversation | None = None,
+    details: dict[str, Any] | None = None,
 ) -> MemoryOperation:
     return MemoryOperation.objects.create(
         tenant_id=end_user.tenant_id,
@@ -43,6 +44,7 @@ def operation_log(
         trigger=trigger,
         actor=actor,
         actor_name=actor_name,
+        details=details or {},
     )
 
 

@@ -249,6 +249,31 @@ def test_reverting_a_delete_restores_the_memory_without_invalidating_newer_ones(
     assert not MemoryOperation.objects.filter(op="archival_memory_invalidate").exists()
 
 
+def test_reverting_a_delete_restores_kind_subject_importance_and_sources(owner, conversation, lexical_only):
+    end_user = end_user_get_or_create(tenant=owner.tenant, external_id="alice")
+    stored = archival_insert(
+        end_user=end_user,
+        content="Alice prefers answers in French.",
+        kind=ArchivalMemory.Kind.PREFERENCE,
+        importance=0.9,
+        subject="answer language",
+        conversation=conversation,
+        source_message_ids=["m-1", "m-2"],
+    ).memory
+    assert owner.client.delete(f"{URL}/{stored.id}").status_code == 204
+    delete = MemoryOperation.objects.get(op="archival_memory_delete")
+    listed = owner.client.get("/api/v1/users/alice/memory/operations").json()["operations"][0]
+    assert listed["details"]["kind"] == "preference" and listed["details"]["importance"] == 0.9
+
+    archival_revert(operation=delete, actor=Actor.ADMIN)
+
+    restored = ArchivalMemory.objects.get(end_user=end_user)
+    assert restored.content == "Alice prefers answers in French."
+    assert (restored.kind, restored.importance, restored.subject) == ("preference", 0.9, stored.subject)
+    assert restored.conversation_id == conversation.id
+    assert restored.source_message_ids == ["m-1", "m-2"]
+
+
 def test_the_same_value_restated_or_an_explicit_subject_does_not_invalidate_by_signature(
     owner, conversation, lexical_only
 ):
