@@ -4,6 +4,7 @@ never a 403 and never a leak."""
 import uuid
 from typing import Any, TypeVar
 
+from django.core.exceptions import ValidationError
 from django.db import connections, models
 from django.http import Http404
 
@@ -40,6 +41,9 @@ class ScopedRowLookup:
         self.scope_field = model._meta.get_field(scope)
         self.related_field = model._meta.get_field(related)
         self.related_model = self.related_field.related_model
+        self._related_pk_index = list(self.related_model._meta.concrete_fields).index(
+            self.related_model._meta.pk
+        )
         self._prepared: dict[str, tuple[str, list[Any], list[Any]]] = {}
 
     def _prepare(self, connection: Any) -> tuple[str, list[Any], list[Any]]:
@@ -67,20 +71,20 @@ class ScopedRowLookup:
     def get(self, *, pk: object, scope_value: object, using: str = "default") -> models.Model:
         """The row, else Http404 (also for a malformed pk)."""
         pk_field = self.model._meta.pk
-        if isinstance(pk_field, models.UUIDField) and not isinstance(pk, uuid.UUID):
-            try:
-                pk = uuid.UUID(str(pk))
-            except ValueError:
-                raise Http404 from None
         connection = connections[using]
+        try:
+            if isinstance(pk_field, models.UUIDField) and not isinstance(pk, uuid.UUID):
+                pk = uuid.UUID(str(pk))
+            params = [
+                pk_field.get_db_prep_value(pk_field.to_python(pk), connection),
+                self.scope_field.get_db_prep_value(scope_value, connection),
+            ]
+        except (ValueError, TypeError, ValidationError):
+            raise Http404 from None
         prepared = self._prepared.get(connection.vendor)
         if prepared is None:
             prepared = self._prepared[connection.vendor] = self._prepare(connection)
         sql, own, joined = prepared
-        params = [
-            pk_field.get_db_prep_value(pk, connection),
-            self.scope_field.get_db_prep_value(scope_value, connection),
-        ]
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             row = cursor.fetchone()
@@ -89,7 +93,7 @@ class ScopedRowLookup:
         obj = self._build(self.model, own, row[: len(own)], connection, using)
         related_values = row[len(own) :]
         related = None
-        if related_values[0] is not None:  # the related model's first column is its primary key
+        if related_values[self._related_pk_index] is not None:  # else no related row (a NULL key)
             related = self._build(self.related_model, joined, related_values, connection, using)
         self.related_field.set_cached_value(obj, related)
         return obj
