@@ -4,6 +4,7 @@ the conversation, so concurrent writers (threads, processes, hosts) never gap or
 import contextlib
 import functools
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,8 @@ from providers.tokens import count_message
 from tenants.errors import ApplicationError
 from tenants.models import Tenant
 from tenants.services import end_user_get_or_create
+
+logger = logging.getLogger(__name__)
 
 
 def default_model(tenant: Tenant) -> str:
@@ -367,15 +370,21 @@ def _append_in_one_statement(conversation: Conversation, row: dict[str, Any]) ->
     message._state.adding = False
     message._state.db = connection.alias
     conversation.last_seq = message.seq
-    _announce(conversation, [message])
+    _announce(conversation, [message], committed=not connection.in_atomic_block)
     return message
 
 
-def _announce(conversation: Conversation, created: list[Message]) -> None:
+def _announce(conversation: Conversation, created: list[Message], *, committed: bool = False) -> None:
     """After new messages are written: the memory agent's trigger and the sockets' events (both leave when
-    the transaction commits)."""
+    the transaction commits). Once the write is committed a failing receiver is logged, not raised: the
+    stored append must not answer 500 (the next completed exchange triggers the memory agent again)."""
     if any(m.role == Message.Role.ASSISTANT and m.completed for m in created):
-        exchange_completed.send(sender=Message, conversation=conversation)
+        if committed:
+            for receiver, error in exchange_completed.send_robust(sender=Message, conversation=conversation):
+                if isinstance(error, Exception):
+                    logger.error("exchange_completed receiver %r failed", receiver, exc_info=error)
+        else:
+            exchange_completed.send(sender=Message, conversation=conversation)
     _publish_appended(conversation, created)
 
 

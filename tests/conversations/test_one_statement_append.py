@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from conversations import services
 from conversations.models import Conversation, Message
 from conversations.services import message_append_batch, turn_end, turn_start
+from conversations.signals import exchange_completed
 
 pytestmark = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="the one-statement append is PostgreSQL's (set DATABASE_URL)"
@@ -141,3 +142,20 @@ def test_two_writers_with_one_key_at_once_store_one_message(conversation):
         assert Message.objects.filter(conversation=conversation).count() == 1
         Message.objects.filter(conversation=conversation).delete()
         Conversation.objects.filter(pk=conversation.pk).update(last_seq=0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failing_receiver_after_the_commit_is_logged_not_raised(conversation, caplog):
+    """Outside a transaction the statement has committed before exchange_completed is sent: a receiver that
+    fails (say the cache is down) must not turn the stored append into an error a client would retry."""
+
+    def broken(**kwargs):
+        raise ConnectionError("cache down")
+
+    exchange_completed.connect(broken, weak=False)
+    try:
+        [result] = _append(conversation, role="assistant", content="stored anyway")
+    finally:
+        exchange_completed.disconnect(broken)
+    assert Message.objects.get(pk=result.message.pk).content == "stored anyway"
+    assert "exchange_completed receiver" in caplog.text and "cache down" in caplog.text
