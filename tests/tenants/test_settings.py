@@ -41,7 +41,11 @@ DEFAULT_PRINT = (
 def _start(
     env_overrides: dict[str, str], tmp_path: Path, printed: str = DEFAULT_PRINT
 ) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "REDIS_URL", "MNEMO_DB_PREPARED_STATEMENTS"}
+    }
     env.update(
         {"MNEMO_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "config.django.local"}, **env_overrides
     )
