@@ -13,16 +13,23 @@ from tenants.models import EndUser, Tenant
 M = TypeVar("M", bound=models.Model)
 
 
+def _pk_or_404(model: type[models.Model], pk: object) -> object:
+    """The primary key as its field's Python value; a malformed id is a 404, not a 500."""
+    field = model._meta.pk
+    try:
+        if isinstance(field, models.UUIDField) and not isinstance(pk, uuid.UUID):
+            return uuid.UUID(str(pk))  # not to_python: it would read an integer as a UUID
+        return field.to_python(pk)
+    except (ValueError, TypeError, ValidationError):
+        raise Http404 from None
+
+
 def access_object(queryset: models.QuerySet[M], *, pk: object, **scope: object) -> M:
     """The object with this pk inside its scope (tenant=… or a parent already fetched through its
     tenant, e.g. conversation=…), else Http404, also for a malformed id."""
     if not scope:
         raise TypeError("access_object needs a scope, e.g. tenant=tenant")
-    if isinstance(queryset.model._meta.pk, models.UUIDField) and not isinstance(pk, uuid.UUID):
-        try:
-            pk = uuid.UUID(str(pk))
-        except ValueError:
-            raise Http404 from None
+    pk = _pk_or_404(queryset.model, pk)
     try:
         return queryset.get(pk=pk, **scope)
     except (queryset.model.DoesNotExist, ValueError, TypeError):
@@ -70,17 +77,11 @@ class ScopedRowLookup:
 
     def get(self, *, pk: object, scope_value: object, using: str = "default") -> models.Model:
         """The row, else Http404 (also for a malformed pk)."""
-        pk_field = self.model._meta.pk
         connection = connections[using]
-        try:
-            if isinstance(pk_field, models.UUIDField) and not isinstance(pk, uuid.UUID):
-                pk = uuid.UUID(str(pk))
-            params = [
-                pk_field.get_db_prep_value(pk_field.to_python(pk), connection),
-                self.scope_field.get_db_prep_value(scope_value, connection),
-            ]
-        except (ValueError, TypeError, ValidationError):
-            raise Http404 from None
+        params = [
+            self.model._meta.pk.get_db_prep_value(_pk_or_404(self.model, pk), connection),
+            self.scope_field.get_db_prep_value(scope_value, connection),
+        ]
         prepared = self._prepared.get(connection.vendor)
         if prepared is None:
             prepared = self._prepared[connection.vendor] = self._prepare(connection)
