@@ -7,7 +7,8 @@ PORT ?= 8000
 STAMP := $(VENV)/.installed
 
 .PHONY: run install migrate demo serve test test-services lint format bench clean \
-	bench-append bench-prefix-cache bench-context-latency bench-compaction bench-visual bench-recall
+	bench-append bench-prefix-cache bench-context-latency bench-compaction bench-visual bench-recall \
+	bench-embedding bench-quality
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +25,9 @@ migrate: install
 demo: migrate
 	$(BIN)/python manage.py bootstrap_demo
 
+# The server entry points default to production settings; this one is for development.
 run: demo
+	DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-config.django.local} \
 	$(BIN)/uvicorn config.asgi:application --host $(HOST) --port $(PORT) --lifespan off
 
 # The suite with no services: SQLite in memory, local-memory cache, in-memory channels, eager Celery.
@@ -60,10 +63,17 @@ bench-compaction: install
 bench-visual: install
 	$(BIN)/python bench/visual.py
 
-# Measured as recommended for memory: with the local embeddings extra (MNEMO_EMBEDDINGS=none for lexical only).
+bench-embedding: install
+	$(BIN)/python bench/embedding.py
+
+# A synthetic smoke test (planted facts in generated chats); the quality claim is bench-quality's.
 bench-recall: install
-	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[dev,embeddings]"
 	$(BIN)/python bench/recall.py
+
+# Evidence recall on public data (BEAM 128K) through the HTTP API, against a server it starts itself.
+# Options (--var-dir DIR --keep: load once, ask many times; --url; --database-url) in the script's docstring.
+bench-quality: install
+	$(BIN)/python bench/evidence_recall.py
 
 clean:
 	rm -rf $(VENV) var

@@ -96,6 +96,9 @@ def django_setup(*, var_dir: Path, database_url: str = "") -> None:
     os.environ["DATABASE_URL"] = database_url
     os.environ["REDIS_URL"] = ""
     os.environ.setdefault("MNEMO_LOG_LEVEL", "WARNING")
+    # Tasks a call queues (a compaction, the memory agent, message vectors) run when it commits, in this
+    # process, as the benchmarks describe; not on the server's background thread.
+    os.environ.setdefault("MNEMO_EAGER_TASKS_IN_THREAD", "false")
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
     import django

@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 from cold_storage import services
 from cold_storage.models import ArchivedImage
 from cold_storage.selectors import access_image, image_bytes
-from tenants.api import ERROR_SCHEMA, StrictSerializer, error_responses, validated
+from tenants.api import ERROR_SCHEMA, StrictBooleanField, StrictSerializer, error_responses, validated
 
 
 class ImageOutputSerializer(serializers.ModelSerializer):
@@ -76,7 +76,7 @@ class ImageDetailApi(APIView):
 
 
 class ImagePinInputSerializer(StrictSerializer):
-    pinned = serializers.BooleanField(required=False, default=True)
+    pinned = StrictBooleanField(required=False, default=True)
 
 
 class ImagePinApi(APIView):

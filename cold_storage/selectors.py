@@ -9,10 +9,14 @@ from cold_storage.models import ArchivedImage
 from cold_storage.storage import tier_storage
 from tenants.errors import ApplicationError
 from tenants.models import Tenant
+from tenants.validation import text_is_clean
 
 
 def access_image(*, tenant: Tenant | object, image_id: str) -> ArchivedImage:
-    """The image with this id in the tenant (``tenant`` may be a Tenant or its id), else 404."""
+    """The image with this id in the tenant (``tenant`` may be a Tenant or its id), else 404; an id the
+    column cannot hold (too long, a NUL) is a 404 without a query."""
+    if not text_is_clean(image_id, max_length=ArchivedImage._meta.pk.max_length):
+        raise Http404
     tenant_id = getattr(tenant, "pk", tenant)
     image = (
         ArchivedImage.objects.select_related("duplicate_of").filter(pk=image_id, tenant_id=tenant_id).first()

@@ -15,10 +15,16 @@ from a2wsgi import WSGIMiddleware
 from django.contrib.staticfiles.handlers import StaticFilesHandler
 from django.core.wsgi import get_wsgi_application
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.django.local")
+# A server runs with production settings unless told otherwise (debug off; a secret key and the allowed
+# hosts from the environment). Development opts in: manage.py and `make run` name config.django.local.
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.django.production")
 
 # Django must be set up before anything imports models (the WebSocket routes do).
 django_wsgi_app = get_wsgi_application()
+
+from config.log_redaction import redact_server_logs  # noqa: E402
+
+redact_server_logs()  # uvicorn logs a socket's path with its ?api_key=
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402

@@ -1,4 +1,4 @@
-"""Root URLs: the versioned API, its schema and docs, and the admin."""
+"""Root URLs: the versioned API, its schema and docs, the admin, and the operations endpoints."""
 
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -6,6 +6,8 @@ from django.urls import include, path
 from django.views.defaults import page_not_found
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
+
+from config import ops
 
 # The schema and its viewer are public: they describe the API, they expose no tenant data.
 _public = {"authentication_classes": [], "permission_classes": [AllowAny]}
@@ -20,6 +22,9 @@ urlpatterns = [
     path("api/v1/", include("memory.urls")),
     path("api/v1/", include("prefix_cache.urls")),
     path("api/v1/", include("context.urls")),
+    path("healthz", ops.healthz, name="healthz"),
+    path("readyz", ops.readyz, name="readyz"),
+    path("metrics", ops.metrics, name="metrics"),
 ]
 
 

@@ -7,6 +7,11 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.django.local")
+# Production settings unless told otherwise (config/asgi.py says why).
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.django.production")
 
 application = get_wsgi_application()
+
+from config.log_redaction import redact_server_logs  # noqa: E402
+
+redact_server_logs()

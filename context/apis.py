@@ -2,8 +2,10 @@
 
 from typing import Any
 
+from django.conf import settings
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
+from rest_framework.exceptions import ErrorDetail
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -13,7 +15,14 @@ from context.pipeline import ContextRequest, context_assemble, context_payload
 from context.selectors import access_agent_profile
 from conversations.selectors import access_conversation
 from prefix_cache.rendering import FORMATS
-from tenants.api import CONFLICT_RESPONSES, StrictSerializer, error_responses, validated
+from tenants.api import (
+    CONFLICT_RESPONSES,
+    StrictBooleanField,
+    StrictSerializer,
+    error_responses,
+    validated,
+)
+from tenants.validation import INT32_MAX
 
 
 class AttachmentSerializer(StrictSerializer):
@@ -23,15 +32,20 @@ class AttachmentSerializer(StrictSerializer):
 
 
 class RetrievalSerializer(StrictSerializer):
-    enabled = serializers.BooleanField(required=False, default=True)
-    top_k = serializers.IntegerField(required=False, min_value=1, max_value=50, default=8)
+    enabled = StrictBooleanField(required=False, default=True)
+    top_k = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=200,
+        help_text="At most this many retrieved messages and memories (default: as many as the budget holds).",
+    )
 
 
 class ContextApi(APIView):
     class InputSerializer(StrictSerializer):
         user_message = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
         user_message_id = serializers.UUIDField(required=False)
-        token_budget = serializers.IntegerField(required=False, min_value=256)
+        token_budget = serializers.IntegerField(required=False, min_value=256, max_value=INT32_MAX)
         model = serializers.CharField(required=False, max_length=100)
         format = serializers.ChoiceField(choices=FORMATS, required=False)
         attachments = serializers.ListField(
@@ -46,6 +60,22 @@ class ContextApi(APIView):
                     "Give exactly one of user_message (text not yet stored) or user_message_id "
                     "(a stored user message; the history then stops before it).",
                     code="invalid_user_message",
+                )
+            # The user message and its attachments are the current message of the prompt: held to the limit
+            # of a stored message, so one request cannot ask for a million-token prompt.
+            size = len(data.get("user_message", "").encode()) + sum(
+                len(a.get("content", "").encode()) + len(a.get("description", "").encode())
+                for a in data["attachments"]
+            )
+            limit = settings.MNEMO_MAX_MESSAGE_BYTES
+            if size > limit:
+                raise serializers.ValidationError(
+                    {
+                        "user_message": ErrorDetail(
+                            f"The user message and its attachments are {size} bytes; the limit is {limit}.",
+                            code="message_too_large",
+                        )
+                    }
                 )
             return data
 
@@ -90,7 +120,7 @@ class AgentProfileListCreateApi(APIView):
         name = serializers.CharField(max_length=100)
         scope = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
         policy = serializers.CharField(required=False, allow_blank=True, default="", max_length=20000)
-        is_default = serializers.BooleanField(required=False, default=False)
+        is_default = StrictBooleanField(required=False, default=False)
 
     @extend_schema(responses={200: AgentProfileOutputSerializer(many=True), **error_responses()})
     def get(self, request: Any) -> Response:
@@ -112,7 +142,7 @@ class AgentProfileDetailApi(APIView):
         name = serializers.CharField(max_length=100, required=False)
         scope = serializers.CharField(max_length=500, required=False, allow_blank=True)
         policy = serializers.CharField(required=False, allow_blank=True, max_length=20000)
-        is_default = serializers.BooleanField(required=False)
+        is_default = StrictBooleanField(required=False)
 
     @extend_schema(responses={200: AgentProfileOutputSerializer, **error_responses()})
     def get(self, request: Any, profile_id: str) -> Response:

@@ -4,10 +4,9 @@ state object. Each stage records its time and any fallback it took (degradations
 Blocks come from sources (context/sources.py); a block whose source is not built is absent, never faked.
 """
 
+import dataclasses
 import logging
 import time
-import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -18,15 +17,16 @@ from django.utils import timezone
 from context import sources
 from context.images import attach_images
 from context.models import AgentProfile, ConversationContext
+from context.retrieval import load_retrieval
+from context.state import ContextRequest, ContextState
 from conversations.models import Conversation, Message
 from prefix_cache.accounting import count_cached
-from prefix_cache.rendering import HistoryMessage, Item, Layout, Rendered, canonical_json, render, sha256
+from prefix_cache.rendering import HistoryMessage, Item, canonical_json, render, sha256
 from prefix_cache.rendering import system_sections as render_system_sections
 from prefix_cache.services import PrefixLevel, PrefixMatch, cache_usage_open, prefix_hints_record
 from prefix_cache.usage import cacheable_tokens
-from providers.degradations import degradation_count
 from providers.model_table import ModelInfo, is_known_model, model_info
-from providers.tokens import MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS, count_message
+from providers.tokens import MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS, count_message, truncate_text
 from tenants.errors import ApplicationError
 
 logger = logging.getLogger(__name__)
@@ -37,58 +37,28 @@ LEVELS = ("B1", "B1+B2a", "B1+B2a+B4", "B1+B2a+B4+B6")
 # After a forced cut the history keeps this share of its allowance, so it can grow for several turns before
 # the window has to move again (and the prompt prefix stays byte-identical meanwhile).
 WINDOW_REFILL = 0.6
-PROTECTED_EXCHANGES = 2
+# The newest exchanges B6 always shows (shortened, when even they do not fit their share).
+PROTECTED_EXCHANGES = 1
 # Estimates for filling B5 (the exact count checks after): a "\n\n" between items; the section's title and
 # the question's own title when B5 was empty.
 SEPARATOR_TOKENS = 2
 SECTION_TOKENS = 16
-
-
-@dataclass
-class ContextRequest:
-    user_message: str
-    token_budget: int | None = None
-    model: str | None = None
-    format: str | None = None
-    attachments: list[dict[str, Any]] = field(default_factory=list)
-    retrieval: dict[str, Any] = field(default_factory=dict)
-    agent_profile_id: uuid.UUID | None = None
-    user_message_id: uuid.UUID | None = None
-    record: bool = True
-
-
-@dataclass
-class ContextState:
-    conversation: Conversation
-    request: ContextRequest
-    model: str
-    info: ModelInfo
-    fmt: str
-    budget: int
-    context: ConversationContext
-    layout: Layout = field(default_factory=Layout)
-    boundary_seq: int = 0
-    history_until: int | None = None  # the history stops here when the question is a stored message
-    history_start: int = 0  # the history is read after this seq (the boundary or the window start)
-    # Set when older history after history_start was not even read because it could not fit: up to this seq.
-    history_unread_to: int | None = None
-    protected_from_seq: int = 0
-    timings: dict[str, float] = field(default_factory=dict)
-    degradations: list[dict[str, Any]] = field(default_factory=list)
-    dropped: list[dict[str, Any]] = field(default_factory=list)
-    rendered: Rendered | None = None
-    tokens: dict[str, Any] = field(default_factory=dict)
-    prefix: dict[str, Any] = field(default_factory=dict)
-    context_id: str | None = None
-    rewrite: Any = None  # the rewrite stage's memory.rewrite.Rewrite (None: no retrieval)
-    # Retrieval hits beyond top_k: they fill only the room a budget cut of the history leaves.
-    b5_reserve: list[Item] = field(default_factory=list)
-
-    def degrade(self, stage: str, code: str, message: str) -> None:
-        """A fallback is never silent: logged, counted and reported in the response."""
-        logger.warning("context degradation %s/%s for %s: %s", stage, code, self.conversation.id, message)
-        degradation_count(code)
-        self.degradations.append({"stage": stage, "code": code, "message": message})
+# Budget by value: of what B1, core memory and the current message leave (the room), retrieval keeps this
+# share when the question has hits, the summaries (B4) at most SUMMARY_SHARE, and the history (B6) the rest.
+RETRIEVAL_SHARE = 0.75
+SUMMARY_SHARE = 0.1
+# How much B5 may take (retrieval_cap): all the free room up to RETRIEVAL_FILL_TOKENS at budgets up to
+# RETRIEVAL_FILL_BUDGET, RETRIEVAL_LARGE_TOKENS from RETRIEVAL_LARGE_BUDGET on (bench/prefix_cache.py).
+RETRIEVAL_FILL_BUDGET = 8000
+RETRIEVAL_FILL_TOKENS = 6000
+RETRIEVAL_LARGE_BUDGET = 24000
+RETRIEVAL_LARGE_TOKENS = 400
+# A shortened history message keeps at least this many tokens (its head).
+MIN_CUT_TOKENS = 48
+# Compaction is asked for when the history since the boundary passes the background share of this many
+# tokens or of the history's share of the requested budget, whichever is more: below it, the window cut
+# (prompt only) and retrieval over the whole history serve small budgets better than ever smaller summaries.
+MIN_COMPACTION_HISTORY_TOKENS = 4000
 
 
 # --- set-up -----------------------------------------------------------------------------------------------
@@ -197,15 +167,30 @@ def _agent_profile(state: ContextState) -> AgentProfile | None:
     return AgentProfile.objects.filter(tenant=tenant, is_default=True).order_by().first()
 
 
-def _history_allowance(state: ContextState) -> int:
+def _room(state: ContextState) -> int:
+    """What the fixed costs leave: the budget less B1, core memory, the current message with its memory
+    updates, and the per-message overheads."""
     layout = state.layout
-    fixed = system_message_tokens(
-        "\n\n".join(s for s in render_system_sections(layout) if s), model=state.model
-    )
+    b1_b2a = [s for s in render_system_sections(layout)[:2] if s]
+    fixed = system_message_tokens("\n\n".join(b1_b2a), model=state.model)
     fixed += (
         count_cached(layout.user_message, model=state.model) + MESSAGE_OVERHEAD_TOKENS + REPLY_PRIMING_TOKENS
     )
-    return state.budget - fixed
+    fixed += sum(i.tokens for i in layout.memory_updates)
+    return max(0, state.budget - fixed)
+
+
+def history_allowance(state: ContextState) -> int:
+    """B6's share of the room: what retrieval's reserved share, the (capped) summaries and the task state
+    leave. It does not depend on the question, so the history the prompt shows (and its cached prefix) does
+    not change from one question to the next."""
+    room = _room(state)
+    layout = state.layout
+    summaries = min(sum(i.tokens for i in layout.b4), int(room * SUMMARY_SHARE))
+    per_request = sum(i.tokens for i in (layout.b3, layout.b2b) if i is not None)
+    # Retrieval's reserve is its share of the room, but never more than it may take (retrieval_cap).
+    reserve = min(int(room * RETRIEVAL_SHARE), retrieval_cap(state.budget))
+    return max(0, room - reserve - summaries - per_request)
 
 
 def _load_history(state: ContextState, *, until_seq: int | None) -> None:
@@ -214,7 +199,7 @@ def _load_history(state: ContextState, *, until_seq: int | None) -> None:
     start = max(state.boundary_seq, state.context.window_start_seq)
     state.history_start = start
     state.history_unread_to = None
-    allowance = max(0, _history_allowance(state))
+    allowance = state.history_allowance = history_allowance(state)
     base = Message.objects.filter(conversation=state.conversation, seq__gt=start, kind=Message.Kind.MESSAGE)
     if until_seq is not None:
         base = base.filter(seq__lte=until_seq)
@@ -274,10 +259,9 @@ def stage_rewrite(state: ContextState) -> None:
 
 
 def stage_retrieve(state: ContextState) -> None:
-    """Retrieval (B5: archival memories, earlier messages); drop what B6 already holds."""
-    sources.load_retrieval(state)
-    in_history = {m.id for m in state.layout.b6}
-    state.layout.b5 = [item for item in state.layout.b5 if item.source.get("id") not in in_history]
+    """Retrieval candidates for B5 (archival memories, the whole history, other conversations), best first;
+    the budget stage places them."""
+    load_retrieval(state)
 
 
 def stage_decay(state: ContextState) -> None:
@@ -313,121 +297,161 @@ def _exact_total(state: ContextState, history_tokens: int) -> dict[str, int]:
 
 
 def stage_budget(state: ContextState) -> None:
-    """Fit under the budget. B1 and the newest exchanges are never dropped; otherwise trim lowest-scored B5
-    items, then the oldest history beyond the newest two exchanges (in one step, see WINDOW_REFILL), then
-    the oldest summary segments, then B2b, then B3 (truncated with a marker). Every drop is listed."""
+    """Fit under the budget by value (DESIGN.md, Budget): the summaries keep at most their share, the history
+    its allowance (the window moves in one step; the newest exchange is shortened, not dropped, when even it
+    does not fit), and retrieval fills the rest with its best hits. Only when that is not enough do B4, B2b
+    and B3 give way further. No compaction runs here: one is queued when the history outgrows its share, and
+    this request uses what exists. Every drop is listed."""
     layout = state.layout
-    history_tokens = sum(m.token_count for m in layout.b6)
-    totals = _exact_total(state, history_tokens)
-
-    trimmed_b5 = []
-    while totals["total"] > state.budget and layout.b5:
-        lowest = min(range(len(layout.b5)), key=lambda i: (layout.b5[i].score, -i))
-        item = layout.b5.pop(lowest)
-        trimmed_b5.append(item)
-        state.dropped.append(
-            {"block": "B5", "reason": "budget", "source": item.source, "tokens": item.tokens}
-        )
-        totals = _exact_total(state, history_tokens)
-
-    if layout.b6 and sources.compaction_check(state, totals):
-        # Compaction moved the boundary (B4 gained a segment): B6 now starts after it.
-        state.boundary_seq = sources.boundary_seq(state.conversation)
-        layout.b6 = []
-        _load_history(state, until_seq=state.history_until)
-        history_tokens = sum(m.token_count for m in layout.b6)
-        totals = _exact_total(state, history_tokens)
-
-    if totals["total"] > state.budget and layout.b6:
-        over = totals["total"] - state.budget
-        allowance = max(0, history_tokens - over)
-        target = int(allowance * WINDOW_REFILL)
-        keep_from = len(layout.b6)
-        kept = 0
-        for index in range(len(layout.b6) - 1, -1, -1):
-            message = layout.b6[index]
-            if message.seq >= state.protected_from_seq or kept + message.token_count <= target:
-                kept += message.token_count
-                keep_from = index
-            else:
-                break
-        # The window starts on a user message: never with a tool result whose call was cut (providers
-        # refuse that) or with an answer whose question was cut.
-        while (
-            keep_from < len(layout.b6)
-            and layout.b6[keep_from].role != Message.Role.USER
-            and layout.b6[keep_from].seq < state.protected_from_seq
-        ):
-            kept -= layout.b6[keep_from].token_count
-            keep_from += 1
-        history_tokens = _cut_history(state, layout.b6[:keep_from], kept_tokens=kept)
-        layout.b6 = layout.b6[keep_from:]
-        totals = _exact_total(state, history_tokens)
-    elif state.history_unread_to is not None:
-        history_tokens = _cut_history(state, [], kept_tokens=history_tokens)
-
+    _cap_summaries(state, int(_room(state) * SUMMARY_SHARE))
+    history_tokens = _fit_history(state)
+    sources.compaction_schedule(
+        state, history_budget=max(MIN_COMPACTION_HISTORY_TOKENS, state.history_allowance)
+    )
+    totals = _fill_retrieval(state, history_tokens)
     while totals["total"] > state.budget and layout.b4:
-        item = layout.b4.pop(0)
-        state.dropped.append(
-            {"block": "B4", "reason": "budget", "source": item.source, "tokens": item.tokens}
-        )
+        _drop(state, "B4", layout.b4.pop(0))
         totals = _exact_total(state, history_tokens)
-
     if totals["total"] > state.budget and layout.b2b:
         item, layout.b2b = layout.b2b, None
-        state.dropped.append(
-            {"block": "B2b", "reason": "budget", "source": item.source, "tokens": item.tokens}
-        )
+        _drop(state, "B2b", item)
         totals = _exact_total(state, history_tokens)
-
     if totals["total"] > state.budget and layout.b3:
         _truncate_task_state(state, history_tokens=history_tokens)
         totals = _exact_total(state, history_tokens)
-
-    totals = _refill_retrieval(state, trimmed_b5, totals, history_tokens)
     if totals["total"] > state.budget:
         state.degrade(
             "budget",
             "over_budget",
-            f"The agent profile and the newest exchanges alone need {totals['total']} tokens; "
+            f"The agent profile, core memory and the current message alone need {totals['total']} tokens; "
             f"the budget is {state.budget}.",
         )
+    # Retrieved messages in the order they were said, after the memories.
+    layout.b5.sort(key=lambda i: (i.source.get("kind") != "archival", i.source.get("seq", 0)))
     state.tokens = totals
 
 
-def _refill_retrieval(
-    state: ContextState, trimmed: list[Item], totals: dict[str, int], history_tokens: int
-) -> dict[str, int]:
-    """B5 was trimmed first, while B6 and B4 were still whole; the room their cuts left goes back to the
-    trimmed items, best score first, so a cut history does not also cost the retrieval that replaces it.
-    When the history is not whole (cut now or by an earlier window), the held-back hits fill what is left,
-    best first, the recalled messages the cut removed among them. Sizes are summed (an item and its
-    separator), then the exact count takes back the last ones while it is over."""
+def _drop(state: ContextState, block: str, item: Item, reason: str = "budget") -> None:
+    state.dropped.append({"block": block, "reason": reason, "source": item.source, "tokens": item.tokens})
+
+
+def _cap_summaries(state: ContextState, cap: int) -> None:
+    """The oldest segments give way while B4 is over its share (a background roll-up makes them fit again)."""
     layout = state.layout
-    candidates = sorted(trimmed, key=lambda i: -i.score)
-    history_cut = state.history_start > state.boundary_seq or any(
-        d["block"] in ("B6", "B4") and d["reason"] == "budget" for d in state.dropped
-    )
-    if history_cut:
-        in_history = {m.id for m in layout.b6}
-        candidates += [i for i in state.b5_reserve if i.source.get("id") not in in_history]
-    room = state.budget - totals["total"]
+    while layout.b4 and sum(i.tokens for i in layout.b4) > cap:
+        _drop(state, "B4", layout.b4.pop(0))
+
+
+def _fit_history(state: ContextState) -> int:
+    """B6 within its allowance; returns its tokens. Cut in one step from the oldest end (the window start
+    moves past the cut and stays there, see WINDOW_REFILL), never into the newest exchange, which is
+    shortened instead when it alone is over."""
+    layout = state.layout
+    allowance = state.history_allowance
+    history_tokens = sum(m.token_count for m in layout.b6)
+    if history_tokens <= allowance:
+        if state.history_unread_to is not None:
+            _cut_history(state, [], kept_tokens=history_tokens)
+        return history_tokens
+    target = int(allowance * WINDOW_REFILL)
+    keep_from, kept = len(layout.b6), 0
+    for index in range(len(layout.b6) - 1, -1, -1):
+        message = layout.b6[index]
+        if message.seq >= state.protected_from_seq or kept + message.token_count <= target:
+            kept += message.token_count
+            keep_from = index
+        else:
+            break
+    # The window starts on a user message: never with a tool result whose call was cut (providers refuse
+    # that) or with an answer whose question was cut.
+    while (
+        keep_from < len(layout.b6)
+        and layout.b6[keep_from].role != Message.Role.USER
+        and layout.b6[keep_from].seq < state.protected_from_seq
+    ):
+        kept -= layout.b6[keep_from].token_count
+        keep_from += 1
+    _cut_history(state, layout.b6[:keep_from], kept_tokens=kept)
+    layout.b6 = layout.b6[keep_from:]
+    if kept > allowance:
+        kept = _shorten_newest(state, allowance)
+    return kept
+
+
+def _shorten_newest(state: ContextState, allowance: int) -> int:
+    """The newest exchange alone is over the allowance (a long reply, a pasted file): each text message
+    longer than an even share keeps its head, marked as cut (the whole message stays retrievable, and its
+    part that matches the question can come back through B5)."""
+    layout = state.layout
+    share = max(MIN_CUT_TOKENS, allowance // max(1, len(layout.b6)))
+    shortened = []
+    for message in layout.b6:
+        text_only = all(p.get("type") == "text" for p in message.parts)
+        if message.token_count <= share or not text_only:
+            shortened.append(message)
+            continue
+        head = truncate_text(message.content, share - MESSAGE_OVERHEAD_TOKENS - 16, model=state.model)
+        cut = message.token_count - share
+        content = f"{head}\n[… message #{message.seq} shortened here: about {cut} more tokens]"
+        tokens = count_message(role=message.role, content=content, model=state.model)
+        shortened.append(dataclasses.replace(message, content=content, parts=[], token_count=tokens))
+        state.dropped.append(
+            {"block": "B6", "reason": "shortened", "seq": message.seq, "id": message.id, "tokens": cut}
+        )
+    layout.b6 = shortened
+    return sum(m.token_count for m in shortened)
+
+
+def retrieval_cap(budget: int) -> int:
+    """The most B5 may take. It sits in the current message, which the provider's prefix cache never serves:
+    at small budgets, where the history cannot fit anyway, the evidence is worth all the room left (up to
+    RETRIEVAL_FILL_TOKENS); at large ones the cached history carries the prompt, and B5 is held to
+    RETRIEVAL_LARGE_TOKENS so the prompt stays mostly cacheable. Linear in between."""
+    low, high = RETRIEVAL_FILL_BUDGET, RETRIEVAL_LARGE_BUDGET
+    if budget <= low:
+        return RETRIEVAL_FILL_TOKENS
+    if budget >= high:
+        return RETRIEVAL_LARGE_TOKENS
+    step = (budget - low) / (high - low)
+    return int(RETRIEVAL_FILL_TOKENS + step * (RETRIEVAL_LARGE_TOKENS - RETRIEVAL_FILL_TOKENS))
+
+
+def _fill_retrieval(state: ContextState, history_tokens: int) -> dict[str, int]:
+    """B5: the candidates, best first, into the room the other blocks leave (a hit whose message B6 shows
+    whole is skipped). Sizes are summed (an item and its separator), then the exact count takes back the
+    weakest while it is over. What did not fit is listed."""
+    layout = state.layout
+    totals = _exact_total(state, history_tokens)
+    room = min(state.budget - totals["total"], retrieval_cap(state.budget))
+    shown = {m.id for m in layout.b6 if not any(d.get("id") == m.id for d in state.dropped)}
     added: list[Item] = []
-    for item in candidates:
+    for item in state.candidates:
+        if item.source.get("id") in shown and item.source.get("kind") == "message":
+            continue
         cost = item.tokens + (SECTION_TOKENS if not layout.b5 else SEPARATOR_TOKENS)
         if cost <= room:
             layout.b5.append(item)
             added.append(item)
             room -= cost
-    if not added:
-        return totals
-    candidate = _exact_total(state, history_tokens)
-    while added and candidate["total"] > state.budget:
-        layout.b5.remove(added.pop())
-        candidate = _exact_total(state, history_tokens)
-    returned = {id(item.source) for item in added}
-    state.dropped = [d for d in state.dropped if not (d["block"] == "B5" and id(d["source"]) in returned)]
-    return candidate
+    totals = _exact_total(state, history_tokens)
+    while added and totals["total"] > state.budget:
+        weakest = min(added, key=lambda i: i.score)
+        added.remove(weakest)
+        layout.b5.remove(weakest)
+        totals = _exact_total(state, history_tokens)
+    placed = {id(i) for i in layout.b5}
+    left = [i for i in state.candidates if id(i) not in placed and i.source.get("id") not in shown]
+    if left:
+        state.dropped.append(
+            {
+                "block": "B5",
+                "reason": "budget",
+                "items": len(left),
+                "tokens": sum(i.tokens for i in left),
+                "best_score": max(i.score for i in left),
+            }
+        )
+    return totals
 
 
 def _cut_history(state: ContextState, cut: list[HistoryMessage], *, kept_tokens: int) -> int:
@@ -597,6 +621,9 @@ def context_assemble(*, conversation: Conversation, request: ContextRequest) -> 
             started = time.perf_counter()
             STAGE_FUNCTIONS[name](state)
             state.timings[name] = round((time.perf_counter() - started) * 1000, 3)
+    from providers.metrics import context_stages_observe
+
+    context_stages_observe(timings=state.timings)
     return state
 
 

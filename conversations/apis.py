@@ -1,16 +1,17 @@
 """REST endpoints for conversations, messages, turns and transcripts. Views validate, call one service and
 render; every object is fetched through the caller's tenant."""
 
+import contextlib
 from typing import Any
 
 from django.conf import settings
 from django.http import StreamingHttpResponse
+from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.exceptions import ErrorDetail, ValidationError
+from rest_framework.exceptions import ErrorDetail, ParseError, ValidationError
 from rest_framework.pagination import CursorPagination
-from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -25,6 +26,7 @@ from conversations.selectors import (
     message_list,
 )
 from conversations.serializers import (
+    ConversationDetailOutputSerializer,
     ConversationOutputSerializer,
     MessageOutputSerializer,
     TurnOutputSerializer,
@@ -33,12 +35,16 @@ from conversations.transcript import transcript_export, transcript_import
 from tenants.api import (
     CONFLICT_RESPONSES,
     LimitedJSONParser,
+    LimitedMultiPartParser,
     RawBodyParser,
+    StrictBooleanField,
     StrictSerializer,
     error_responses,
+    json_body,
     validated,
 )
 from tenants.errors import ApplicationError
+from tenants.validation import INT64_MAX
 
 
 class MetadataField(serializers.JSONField):
@@ -51,6 +57,34 @@ class MetadataField(serializers.JSONField):
 class PartsField(serializers.JSONField):
     def to_internal_value(self, data: Any) -> Any:
         return parts_validate(data)
+
+
+class MessageTimeField(serializers.DateTimeField):
+    """When the client says a message was written: an ISO 8601 string, with an offset or Z; a date alone is
+    midnight and a time without an offset is UTC (not the server's zone: the server's zone says nothing
+    about where an imported history happened). Stored in UTC."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        parsed = None
+        if isinstance(data, str):
+            with contextlib.suppress(ValueError):  # well-formed but impossible: month 13, hour 25
+                parsed = parse_datetime(data)
+        if parsed is None:
+            raise ValidationError(
+                [
+                    ErrorDetail(
+                        "Must be an ISO 8601 time as a string, e.g. 2024-03-15T09:30:00Z or 2024-03-15.",
+                        code="invalid_created_at",
+                    )
+                ]
+            )
+        try:
+            return services.message_time_check(parsed)
+        except ValueError as exc:
+            reason = str(exc)
+            raise ValidationError(
+                [ErrorDetail(reason[:1].upper() + reason[1:], code="created_at_out_of_range")]
+            ) from None
 
 
 # --- conversations -----------------------------------------------------------------------------------------
@@ -78,6 +112,8 @@ class ConversationListCreateApi(APIView):
 
     class FilterSerializer(serializers.Serializer):
         end_user = serializers.CharField(max_length=255, required=False)
+        # Checked here: the paginator would ignore a limit it cannot read (-1, null) and use its default.
+        limit = serializers.IntegerField(min_value=1, required=False)
 
     @extend_schema(
         parameters=[
@@ -116,12 +152,12 @@ class ConversationDetailApi(APIView):
         title = serializers.CharField(max_length=300, required=False, allow_blank=True)
         model = serializers.CharField(max_length=100, required=False)
         metadata = MetadataField(required=False)
-        archived = serializers.BooleanField(required=False)
+        archived = StrictBooleanField(required=False)
 
-    @extend_schema(responses={200: ConversationOutputSerializer, **error_responses()})
+    @extend_schema(responses={200: ConversationDetailOutputSerializer, **error_responses()})
     def get(self, request: Any, conversation_id: str) -> Response:
         conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
-        return Response(ConversationOutputSerializer(conversation).data)
+        return Response(ConversationDetailOutputSerializer(conversation).data)
 
     @extend_schema(
         request=InputSerializer, responses={200: ConversationOutputSerializer, **error_responses()}
@@ -147,12 +183,17 @@ class MessageInputSerializer(StrictSerializer):
     kind = serializers.CharField(required=False, default=Message.Kind.MESSAGE)
     content = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
     parts = PartsField(required=False, default=list)
-    completed = serializers.BooleanField(required=False, default=True)
-    is_error = serializers.BooleanField(required=False, default=False)
+    completed = StrictBooleanField(required=False, default=True)
+    is_error = StrictBooleanField(required=False, default=False)
     idempotency_key = serializers.CharField(max_length=255, required=False)
     turn_id = serializers.UUIDField(required=False)
     parent_id = serializers.UUIDField(required=False)
     metadata = MetadataField(required=False, default=dict)
+    created_at = MessageTimeField(
+        required=False,
+        help_text="When the message was written (ISO 8601 with an offset or Z; a date alone is midnight UTC, "
+        "a time without an offset is UTC); from 1970 to a day ahead. Default: now. Order stays by seq.",
+    )
     usage = serializers.JSONField(
         required=False,
         help_text="On an assistant message: the provider's usage object, as returned, for cache accounting.",
@@ -183,8 +224,6 @@ class MessageBatchInputSerializer(StrictSerializer):
 def _multipart_message(request: Any) -> tuple[Any, dict[str, Any]]:
     """A multipart append: the "message" field holds the JSON message (or batch); image parts name the
     uploaded files with {"type": "image", "upload": "<field>"}."""
-    import json
-
     unknown = sorted(set(request.data) - {"message"} - set(request.FILES))
     if unknown:
         raise ValidationError({key: [ErrorDetail("Unknown field.", code="unknown_field")] for key in unknown})
@@ -193,17 +232,20 @@ def _multipart_message(request: Any) -> tuple[Any, dict[str, Any]]:
         raise ValidationError(
             {"message": [ErrorDetail("A multipart append needs a JSON 'message' field.", code="required")]}
         )
+    if not isinstance(raw, str):
+        raise ApplicationError("The 'message' field is not valid JSON.", code="malformed_json")
     try:
-        return json.loads(raw), dict(request.FILES.items())
-    except ValueError:
+        message = json_body(raw)
+    except ParseError:
         raise ApplicationError("The 'message' field is not valid JSON.", code="malformed_json") from None
+    return message, dict(request.FILES.items())
 
 
 class MessageListCreateApi(APIView):
-    parser_classes = [LimitedJSONParser, MultiPartParser]
+    parser_classes = [LimitedJSONParser, LimitedMultiPartParser]
 
     class FilterSerializer(serializers.Serializer):
-        after_seq = serializers.IntegerField(min_value=0, required=False, default=0)
+        after_seq = serializers.IntegerField(min_value=0, max_value=INT64_MAX, required=False, default=0)
         limit = serializers.IntegerField(min_value=1, max_value=1000, required=False, default=100)
 
     @extend_schema(
@@ -288,7 +330,7 @@ class MessageListCreateApi(APIView):
 
 class MessageDetailApi(APIView):
     class InputSerializer(StrictSerializer):
-        completed = serializers.BooleanField(required=False)
+        completed = StrictBooleanField(required=False)
         content = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
         parts = PartsField(required=False)
         metadata = MetadataField(required=False)

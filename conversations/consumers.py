@@ -1,4 +1,9 @@
-"""The conversation socket: /ws/conversations/{id}/ streams the conversation's events to its tenant."""
+"""The conversation socket: /ws/conversations/{id}/ streams the conversation's events to its tenant.
+
+The key comes as `Authorization: Bearer <key>`, as the subprotocol `mnemo.bearer.<key>` (offered beside
+`mnemo`, which the server answers with) or as `?api_key=<key>`. A refused socket is accepted and then closed
+with 4401 (no valid key) or 4404 (no such conversation for this tenant): a close before the handshake
+completes reaches the client as a bare HTTP 403, without the code."""
 
 from typing import Any
 from urllib.parse import parse_qs
@@ -14,6 +19,21 @@ from tenants.models import ApiKey
 
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_NOT_FOUND = 4404
+# Browsers cannot set headers on a WebSocket; a subprotocol is sent as a header and, unlike the query
+# string, is not part of the path servers log. The answer names "mnemo", never the offered token.
+SUBPROTOCOL = "mnemo"
+BEARER_SUBPROTOCOL = "mnemo.bearer."
+
+
+async def refuse(consumer: AsyncJsonWebsocketConsumer, code: int) -> None:
+    """Complete the handshake, then close with `code`, so the client receives it."""
+    await consumer.accept(chosen_subprotocol(consumer.scope))
+    await consumer.close(code=code)
+
+
+def chosen_subprotocol(scope: dict[str, Any]) -> str | None:
+    # A browser that offered subprotocols fails a handshake whose answer names none of them.
+    return SUBPROTOCOL if SUBPROTOCOL in (scope.get("subprotocols") or []) else None
 
 
 class ConversationConsumer(AsyncJsonWebsocketConsumer):
@@ -24,7 +44,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         raw_key = self._raw_key()
         api_key = await database_sync_to_async(authenticate_raw_key)(raw_key)
         if api_key is None:
-            await self.close(code=CLOSE_UNAUTHORIZED)
+            await refuse(self, CLOSE_UNAUTHORIZED)
             return
         conversation_id = self.scope["url_route"]["kwargs"]["conversation_id"]
         try:
@@ -32,18 +52,22 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
                 tenant=api_key.tenant, conversation_id=conversation_id
             )
         except Http404:
-            await self.close(code=CLOSE_NOT_FOUND)
+            await refuse(self, CLOSE_NOT_FOUND)
             return
         self.api_key = api_key
         self.group = conversation_group(tenant_id=api_key.tenant_id, conversation_id=conversation.id)
         await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.accept()
+        await self.accept(chosen_subprotocol(self.scope))
 
     def _raw_key(self) -> str | None:
         for name, value in self.scope.get("headers", []):
             if name == b"authorization":
                 return bearer_token(value)
-        # Browsers cannot set headers on a WebSocket, so the key may also come as ?api_key=.
+        for protocol in self.scope.get("subprotocols") or []:
+            if protocol.startswith(BEARER_SUBPROTOCOL):
+                return protocol[len(BEARER_SUBPROTOCOL) :] or None
+        # Browsers cannot set headers on a WebSocket, so the key may also come as ?api_key= (servers log it:
+        # config/log_redaction.py masks it in the lines Mnemo's loggers write).
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         keys = query.get("api_key")
         return keys[0] if keys else None
@@ -72,3 +96,10 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         if self.api_key is None or event.get("tenant_id") != str(self.api_key.tenant_id):
             return False
         return ApiKey.objects.active().filter(pk=self.api_key.pk).exists()
+
+
+class UnknownPathConsumer(AsyncJsonWebsocketConsumer):
+    """Any other socket path: closed with 4404, as an unknown conversation is."""
+
+    async def connect(self) -> None:
+        await refuse(self, CLOSE_NOT_FOUND)

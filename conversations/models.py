@@ -120,3 +120,27 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.seq} {self.role}"
+
+
+class MessageVector(models.Model):
+    """The retrieval vectors of one message: one per passage (providers.passages), float32 rows of
+    `dimension` values in one blob, written in the background after the message (conversations.embedding).
+    Deleted with the message, so a purged conversation or end user leaves no vectors behind."""
+
+    message = models.OneToOneField(Message, on_delete=models.CASCADE, primary_key=True, related_name="vector")
+    # Copied from the message so a conversation's vectors are read by one index range.
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="+")
+    seq = models.PositiveBigIntegerField()
+    model = models.CharField(max_length=100, help_text="The embedding model that made the vectors.")
+    dimension = models.PositiveSmallIntegerField()
+    spans = models.JSONField(default=list, help_text="[start, end] of each passage in the content.")
+    vectors = models.BinaryField()
+    # sha256 of model and content: an identical text of the same tenant re-uses its vectors.
+    content_sha256 = models.CharField(max_length=64, db_index=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["conversation", "seq"], name="message_vector_conv_seq")]
+
+    def __str__(self) -> str:
+        return f"vectors of #{self.seq} ({self.model})"

@@ -5,8 +5,10 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from conversations.embedding import retrieval_index_status
 from conversations.models import Conversation, Message, Turn
 
 
@@ -112,3 +114,24 @@ class ConversationOutputSerializer(serializers.ModelSerializer):
 
     def get_archived(self, obj: Conversation) -> bool:
         return obj.archived_at is not None
+
+
+class RetrievalIndexSerializer(serializers.Serializer):
+    messages = serializers.IntegerField(help_text="Messages retrieval can find by their words.")
+    embedded = serializers.IntegerField(help_text="Of those, how many have vectors of the current model.")
+    model = serializers.CharField(allow_null=True, help_text="The embedding model; null: lexical only.")
+
+
+class ConversationDetailOutputSerializer(ConversationOutputSerializer):
+    """One conversation, with the state of its retrieval index: a client that imported history can wait
+    until `embedded` reaches `messages` (vectors are computed in the background)."""
+
+    retrieval_index = serializers.SerializerMethodField()
+
+    class Meta(ConversationOutputSerializer.Meta):
+        fields = [*ConversationOutputSerializer.Meta.fields, "retrieval_index"]
+        read_only_fields = fields
+
+    @extend_schema_field(RetrievalIndexSerializer)
+    def get_retrieval_index(self, obj: Conversation) -> dict[str, Any]:
+        return retrieval_index_status(obj)

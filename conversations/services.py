@@ -7,6 +7,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -17,6 +18,7 @@ from rest_framework import status
 
 from cold_storage.services import image_policy, images_delete_for_conversation
 from conversations import visual
+from conversations.embedding import message_vectors_request
 from conversations.events import event_publish
 from conversations.models import Conversation, Message, Turn
 from conversations.parts import parts_text, parts_token_text
@@ -95,10 +97,32 @@ class AppendResult:
     created: bool
 
 
-def message_size(content: str, parts: list[dict[str, Any]]) -> int:
+# When a client may say a message was written: not before the Unix epoch, and at most a day ahead of the
+# server's clock (time zones and skew), so a mistyped year cannot date a message 2204 or 0024.
+MESSAGE_TIME_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+MESSAGE_TIME_AHEAD = timedelta(days=1)
+
+
+def message_time_check(value: datetime) -> datetime:
+    """A client's time for a message, in UTC (a naive time is taken as UTC). ValueError, with a sentence a
+    client can read, when it lies outside the range above."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    # Compared before converting: near datetime's limits the conversion itself would overflow.
+    if value < MESSAGE_TIME_EARLIEST:
+        raise ValueError("must not be before 1970-01-01T00:00:00Z.")
+    if value > timezone.now() + MESSAGE_TIME_AHEAD:
+        raise ValueError("must not be more than a day in the future.")
+    return value.astimezone(UTC)
+
+
+def message_size(content: str, parts: list[dict[str, Any]], metadata: dict[str, Any] | None = None) -> int:
+    """Bytes a message stores: its content, parts and metadata (UTF-8, compact JSON), what
+    MNEMO_MAX_MESSAGE_BYTES limits."""
     size = len(content.encode())
-    if parts:
-        size += len(json.dumps(parts, ensure_ascii=False, separators=(",", ":")).encode())
+    for value in (parts, metadata):
+        if value:
+            size += len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
     return size
 
 
@@ -134,13 +158,23 @@ def _prepare(
             extra={"index": index},
         )
     # Image bytes are stored apart from the message, so they do not count against its size.
-    size = message_size(content, visual.parts_without_payload(parts) if images.pending else parts)
+    size = message_size(
+        content, visual.parts_without_payload(parts) if images.pending else parts, item.get("metadata")
+    )
     if size > settings.MNEMO_MAX_MESSAGE_BYTES:
         raise ApplicationError(
             f"Message {index} is {size} bytes; the limit is {settings.MNEMO_MAX_MESSAGE_BYTES}.",
             code="message_too_large",
             extra={"index": index, "size_bytes": size, "limit_bytes": settings.MNEMO_MAX_MESSAGE_BYTES},
         )
+    created_at = item.get("created_at")
+    if created_at is not None:
+        try:
+            created_at = message_time_check(created_at)
+        except ValueError as exc:
+            raise ApplicationError(
+                f"Message {index}: created_at {exc}", code="created_at_out_of_range", extra={"index": index}
+            ) from None
     role = item["role"]
     usage = item.get("usage")
     if usage is not None and role != Message.Role.ASSISTANT:
@@ -161,6 +195,8 @@ def _prepare(
         "idempotency_key": item.get("idempotency_key"),
         "turn_id": item.get("turn_id"),
         "parent_id": item.get("parent_id"),
+        # None: the server's now at write time.
+        "created_at": created_at,
         # With new images the text is counted here and the images once they are stored (dedup decides).
         "token_count": (_text_token_count if images.has_new else message_token_count)(
             role=role, content=content, parts=parts, model=model
@@ -170,6 +206,8 @@ def _prepare(
 
 
 def _same_message(existing: Message, prepared: dict[str, Any]) -> bool:
+    # What the message says is compared; its metadata, flags and created_at are not: a client that stamps
+    # each retry with its own clock is still sending the same message, and gets the original back.
     if existing.role != prepared["role"] or existing.kind != prepared["kind"]:
         return False
     if existing.content != prepared["content"]:
@@ -341,15 +379,17 @@ def _append_in_one_statement(conversation: Conversation, row: dict[str, Any]) ->
     None when the statement wrote nothing, and the caller takes the locked path, which answers each case:
     the key was used before (a replay), the conversation is gone, or a concurrent writer used the same key
     first (the unique constraint refused the insert, and the statement's update went with it)."""
+    now = timezone.now()
     message = Message(
         conversation_id=conversation.pk,
         seq=0,
-        created_at=timezone.now(),
-        **{k: v for k, v in row.items() if k not in ("usage", "turn_id", "images")},
+        created_at=row["created_at"] or now,
+        **{k: v for k, v in row.items() if k not in ("usage", "turn_id", "images", "created_at")},
     )
     key = message.idempotency_key
     pk = Conversation._meta.pk.get_db_prep_value(conversation.pk, connection)
-    stamp = Conversation._meta.get_field("updated_at").get_db_prep_value(message.created_at, connection)
+    # The conversation changed now, whenever the client says the message was written.
+    stamp = Conversation._meta.get_field("updated_at").get_db_prep_value(now, connection)
     params: list[Any] = [stamp, pk] + ([pk, key] if key is not None else [])
     for field in Message._meta.concrete_fields:
         if field.attname == "turn_id":
@@ -386,6 +426,7 @@ def _announce(conversation: Conversation, created: list[Message], *, committed: 
         else:
             exchange_completed.send(sender=Message, conversation=conversation)
     _publish_appended(conversation, created)
+    transaction.on_commit(lambda: message_vectors_request(conversation_id=conversation.pk), robust=True)
 
 
 def _publish_appended(conversation: Conversation, messages: list[Message]) -> None:
@@ -454,6 +495,7 @@ def _append_locked(
             usage = row.pop("usage")
             turn_id = row.pop("turn_id")
             images = row.pop("images")
+            created_at = row.pop("created_at") or now
             if turn_id is not None:
                 turn = turns.get(turn_id)
                 if turn is None:
@@ -473,7 +515,7 @@ def _append_locked(
                 turn_id = active_turn_id
             seq += 1
             message = Message(
-                conversation_id=conversation.pk, seq=seq, turn_id=turn_id, created_at=now, **row
+                conversation_id=conversation.pk, seq=seq, turn_id=turn_id, created_at=created_at, **row
             )
             if intake is not None and images.has_new:
                 message.token_count += visual.intake_store(
@@ -564,18 +606,19 @@ def message_update(
                 status_code=status.HTTP_409_CONFLICT,
             )
         fields: list[str] = []
-        if changes_text:
-            if parts is not None:
-                visual.parts_check_references(parts, tenant_id=locked.conversation.tenant_id)
+        if changes_text or metadata is not None:
             new_parts = parts if parts is not None else locked.parts
             new_content = content if content is not None else locked.content
-            size = message_size(new_content, new_parts)
+            size = message_size(new_content, new_parts, metadata if metadata is not None else locked.metadata)
             if size > settings.MNEMO_MAX_MESSAGE_BYTES:
                 raise ApplicationError(
                     f"The message would be {size} bytes; the limit is {settings.MNEMO_MAX_MESSAGE_BYTES}.",
                     code="message_too_large",
                     extra={"size_bytes": size, "limit_bytes": settings.MNEMO_MAX_MESSAGE_BYTES},
                 )
+        if changes_text:
+            if parts is not None:
+                visual.parts_check_references(parts, tenant_id=locked.conversation.tenant_id)
             locked.content, locked.parts = new_content, new_parts
             locked.token_count = message_token_count(
                 role=locked.role, content=new_content, parts=new_parts, model=locked.conversation.model

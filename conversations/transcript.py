@@ -17,10 +17,11 @@ from rest_framework.exceptions import ValidationError
 
 from conversations.models import Conversation, Message, Turn
 from conversations.parts import parts_validate
-from conversations.services import default_model, message_size, message_token_count
+from conversations.services import default_model, message_size, message_time_check, message_token_count
 from tenants.errors import ApplicationError
 from tenants.models import Tenant
 from tenants.services import end_user_get_or_create
+from tenants.validation import HostileInput, json_loads
 
 FORMAT_VERSION = 1
 EXPORT_PAGE = 500
@@ -122,19 +123,25 @@ def _bad(line_no: int, message: str) -> ApplicationError:
 
 
 def _parse_time(value: Any, line_no: int, field: str) -> datetime | None:
+    """A time of the file, in UTC (a naive one is UTC, a date alone midnight), held to the range a client
+    may give a message's created_at."""
     if value is None:
         return None
+    parsed = None
     try:
         if isinstance(value, int | float) and not isinstance(value, bool):
             # The seed's files carry epoch milliseconds.
-            return datetime.fromtimestamp(value / 1000, tz=UTC)
-        if isinstance(value, str):
+            parsed = datetime.fromtimestamp(value / 1000, tz=UTC)
+        elif isinstance(value, str):
             parsed = parse_datetime(value)
-            if parsed is not None:
-                return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
     except (ValueError, OverflowError, OSError):
         pass  # well-formed but impossible (month 13) or beyond what datetime holds
-    raise _bad(line_no, f"{field} is not an ISO 8601 time or epoch milliseconds.")
+    if parsed is None:
+        raise _bad(line_no, f"{field} is not an ISO 8601 time or epoch milliseconds.")
+    try:
+        return message_time_check(parsed)
+    except ValueError as exc:
+        raise _bad(line_no, f"{field} {exc}") from None
 
 
 def _kind(entry: dict[str, Any], line_no: int) -> str:
@@ -162,9 +169,19 @@ def _parse_lines(data: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
         if not line.strip():
             continue
         try:
-            entry = json.loads(line)
+            entry = json_loads(line)
+        except HostileInput as exc:
+            # The line's code (null_characters_not_allowed, json_too_deep…), as for a JSON body.
+            where = ".".join(exc.path)
+            raise ApplicationError(
+                f"Line {line_no}: {where + ': ' if where else ''}{exc.message}",
+                code=exc.code,
+                extra={"line": line_no, **({"path": where} if where else {}), **exc.extra},
+            ) from None
         except json.JSONDecodeError as exc:
             raise _bad(line_no, f"not JSON ({exc.msg}).") from None
+        except ValueError as exc:  # NaN, Infinity
+            raise _bad(line_no, f"not JSON ({exc}).") from None
         if not isinstance(entry, dict):
             raise _bad(line_no, "each line must be a JSON object.")
         yield line_no, entry
@@ -228,7 +245,12 @@ def transcript_import(*, tenant: Tenant, data: bytes, max_message_bytes: int) ->
             parts = parts_validate(entry.get("parts") or [])
         except ValidationError as exc:
             raise _bad(line_no, f"invalid parts: {exc.detail}") from None
-        if message_size(content, parts) > max_message_bytes:
+        metadata = (
+            entry.get("compactMetadata" if entry.get("subtype") == "compact_boundary" else "metadata") or {}
+        )
+        if not isinstance(metadata, dict):
+            raise _bad(line_no, "metadata must be an object.")
+        if message_size(content, parts, metadata) > max_message_bytes:
             raise _bad(line_no, f"the message is larger than {max_message_bytes} bytes.")
         line_seq = entry.get("seq")
         if line_seq is None:
@@ -249,11 +271,6 @@ def transcript_import(*, tenant: Tenant, data: bytes, max_message_bytes: int) ->
             _is_int(turn_index, 1, _MAX_TURN_INDEX) and turn_index in turns_by_index
         ):
             raise _bad(line_no, f"turnIndex {turn_index!r} is not a turn of the header.")
-        metadata = (
-            entry.get("compactMetadata" if entry.get("subtype") == "compact_boundary" else "metadata") or {}
-        )
-        if not isinstance(metadata, dict):
-            raise _bad(line_no, "metadata must be an object.")
         key = entry.get("idempotencyKey")
         if key is not None:
             if not isinstance(key, str) or len(key) > 255 or key in keys:

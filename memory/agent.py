@@ -12,10 +12,12 @@ on the rules. A failure in any round discards what the earlier rounds planned: t
 whole or not at all.
 
 The rules read the prose of the user's messages (code, logs and commands left out; lead-ins such as "btw" or
-"note for later:" dropped) and keep "remember …", "my name is …", "I prefer …", "we decided …", "my X is …",
-and a durable detail stated in passing: a statement carrying a specific value (memory.facts), e.g. "the
-ledger staging DB is on port 23456 now". A newer statement of the same detail invalidates the older memory
-(memory.archival).
+"note for later:" dropped). A standing instruction ("always …", "never …", "from now on …", "whenever I ask
+about X, do Y") or a stated preference ("I prefer …", also mid-sentence) goes verbatim into the core memory
+block `instructions` or `preferences`, "#<seq> <the user's words>" (STANDING_PATTERNS). The rules also keep
+"remember …", "my name is …", "we decided …", "my X is …", and a durable detail stated in passing: a
+statement carrying a specific value (memory.facts), e.g. "the ledger staging DB is on port 23456 now". A newer
+statement of the same detail invalidates the older memory (memory.archival).
 
 Tools (Letta-like: core memory is edited by text, not by position):
 - core_memory_append(label, content): adds `content` as a new line at the end of the block.
@@ -54,6 +56,7 @@ from memory.facts import fact_signature, looks_secret, specific_values, strip_le
 from memory.models import DEFAULT_CHAR_LIMIT, Actor, ArchivalMemory, CoreMemoryBlock, MemoryAgentCursor
 from memory.selectors import label_order
 from memory.services import core_memory_write
+from providers.background import task_send
 from providers.degradations import degradation_count
 from providers.llm import LLMConfig, LLMError, LLMReply, ToolCall, chat_tools, llm_config
 from tenants.errors import ApplicationError
@@ -68,13 +71,6 @@ _ABBREVIATIONS = wordset("e.g i.e etc vs approx incl cf al mr mrs ms dr st no nr
 RULES: list[tuple[str, re.Pattern[str]]] = [
     ("remember", re.compile(r"^(?:please\s+)?remember(?:\s+that)?\s+(?P<fact>.{3,300})$", re.I)),
     ("name", re.compile(r"^(?:my name is|call me|i am called|i'm called)\s+(?P<name>[\w .'-]{2,60})$", re.I)),
-    (
-        "preference",
-        re.compile(
-            r"^i\s+(?:really\s+|always\s+|usually\s+)?(?:prefer|like|love|hate|dislike)\s+(?P<what>.{2,200})$",
-            re.I,
-        ),
-    ),
     (
         "decision",
         re.compile(r"^(?:we decided|we agreed|decision:)\s*(?:to\s+|that\s+)?(?P<what>.{3,300})$", re.I),
@@ -151,6 +147,181 @@ def _is_code_line(line: str) -> bool:
     return symbols >= 4 and symbols > 0.08 * len(text.replace(" ", ""))
 
 
+# --- standing instructions and preferences -----------------------------------------------------------------
+# A standing instruction ("Always format code with syntax highlighting when I ask about implementation
+# details", "Never use semicolons in my JS examples", "From now on answer in French") or a stated preference
+# ("…, so I prefer simple, minimal dependencies, how can I …") is kept verbatim in core memory: the
+# `instructions` or the `preferences` block, one line per item, "#<seq> <the user's words>". Those blocks are
+# in every prompt, so precision comes before recall: a false line costs tokens in every later call. One-off
+# requests ("never mind", "don't worry", "can you always-on the server?") and questions are not orders.
+
+# Verbs of orders given to an assistant. After an opening that is not itself an order ("from now on,",
+# "whenever I paste a trace,"), only these count: "from now on, pytest runs in CI" is a statement.
+_ORDER_VERBS = wordset(
+    "add address answer annotate apply ask assume attach avoid be begin bold break call capitalise "
+    "capitalize check cite comment compare confirm consider convert default define describe do document "
+    "double-check draft emphasise emphasize end explain express favor favour flag focus follow format "
+    "give go highlight include indent keep label lead leave limit link list maintain make mark mention "
+    "name note number offer omit outline pin point prefer prefix present prioritise prioritize provide "
+    "put quote recommend refer reference remind repeat reply respond return round show skip sort speak "
+    "spell start state stay stick stop structure suggest summarise summarize switch talk tell test "
+    "translate treat try type use walk warn wrap write"
+)
+# Words after "always"/"never" that make a statement or a one-off, not an order: "never mind", "always the
+# same error", "never heard of it". Past, -ing and third-person forms are refused by their shape as well
+# ("never tested it", "always learning", "always happens").
+_NOT_ORDERS = wordset(
+    "mind the a an this that these those it its there here i me my we our you your they he she them "
+    "something nothing everything anything someone everyone nobody one been was were is are am has had did "
+    "does gonna will would could can should so too very more less most same true fun good nice great easy "
+    "hard enough again once before after when while if as like quite sure on in at of with without about "
+    "for because got went came made saw thought knew felt found took ran said told kept left gave heard seen "
+    "done gone broke fell forgot wrote became began brought bought caught taught meant lost being doing going"
+)
+# "Don't …" orders one task unless a scope makes it standing, and these never open an order.
+_NOT_DONT = wordset(
+    "worry bother mind forget know think understand get see have care want need remember like feel"
+)
+# Things one likes that are reactions to this moment, not preferences: "I love it", "I like the idea".
+_NOT_LIKED = wordset(
+    "it this that these those the your them him her you what how where which all both some any"
+)
+# The word before "I prefer" that makes it a question or a doubt: "should I prefer", "not sure if I prefer".
+_ASKING = wordset(
+    "do does did should would could can will shall might may if whether how what why where which who think "
+    "guess assume wonder sure"
+)
+# What makes an order standing: a time ("from now on"), every answer ("in all your answers", "in my JS
+# examples") or a request that recurs ("whenever I ask about …"; in front of the order, see the table).
+_FROM_NOW = r"from now on|going forward|moving forward|henceforth|from here on(?: out)?|in future"
+_STANDING_SCOPE = (
+    rf"\b(?:{_FROM_NOW})\b|for the rest of (?:this|our|the) (?:conversation|chat|session)|"
+    r"\bwhen(?:ever)? I (?:ask|request)\b|\b(?:every|each) time I (?:ask|request)\b|"
+    r"\b(?:in|for) (?:(?:all|every|each|any) (?:of )?)?(?:your|my|future) (?:[\w-]+ )?"
+    r"(?:answers|responses|replies|explanations|examples|snippets|suggestions|messages)\b|"
+    r"\b(?:in|for) (?:all|every|each|any) (?:future )?(?:[\w-]+ )?"
+    r"(?:answers?|responses?|repl(?:y|ies)|explanations?|examples?|snippets?|code)\b"
+)
+# Conjunctions and politeness in front of an order ("And please always …"); where a clause starts; adverbs
+# between "always" and its verb ("never ever use", "always, always cite").
+_OPEN = r"(?:(?:and|but|also|so|oh|ok|okay|please|kindly|just)\b[,\s]*)*"
+_CLAUSE = r"(?:^|[,;:—–]\s*)"
+_ADVERBS = r"(?:(?:ever|please|just|also|really|,)\s*)*"
+# (block, pattern). A group named `order` must look like an imperative verb (see _ORDER_VERBS, _NOT_ORDERS),
+# `verb` must be one of _ORDER_VERBS, `dont` must not be in _NOT_DONT, `liked` not in _NOT_LIKED; a
+# preference led by "I" is refused after a word of _ASKING. An order ending in "?" is a question.
+STANDING_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    # "Always format all code snippets …", "Never use semicolons …", "…, so please always cite the RFC"
+    (
+        "instructions",
+        re.compile(rf"{_CLAUSE}{_OPEN}(?:always|never)\b[,\s]*{_ADVERBS}(?P<order>[\w'-]+)", re.I),
+    ),
+    # "Don't ever suggest jQuery", "Do not use semicolons in my JS examples", "Don't … from now on"
+    ("instructions", re.compile(rf"^{_OPEN}(?:don'?t|do not) ever\s+(?P<order>[\w'-]+)", re.I)),
+    (
+        "instructions",
+        re.compile(rf"^{_OPEN}(?:don'?t|do not) (?P<dont>[\w'-]+).*?(?:{_STANDING_SCOPE})", re.I),
+    ),
+    # "Make sure to always …", "be sure you never …", "remember to always …"
+    (
+        "instructions",
+        re.compile(
+            rf"^{_OPEN}(?:make sure|be sure|remember|try) (?:to|that you|you) (?:always|never)\b", re.I
+        ),
+    ),
+    # "From now on answer in French", "Going forward, please use metric units"
+    (
+        "instructions",
+        re.compile(
+            rf"^{_OPEN}(?:{_FROM_NOW})\b[,\s]*{_OPEN}"
+            r"(?:you (?:should|must|need to|have to|will)\b|(?:(?:always|never) )?(?P<verb>[\w'-]+))",
+            re.I,
+        ),
+    ),
+    # "Whenever I paste a trace, start with the root cause", "When I ask about deploys, always mention …"
+    (
+        "instructions",
+        re.compile(
+            rf"^{_OPEN}(?:when(?:ever)? I|(?:every|each) time I)\b[^,]{{3,150}},\s*{_OPEN}"
+            r"(?:you (?:should|must|need to|have to)\b|(?:(?:always|never) )?(?P<verb>[\w'-]+))",
+            re.I,
+        ),
+    ),
+    # "Answer in French from now on", "Include version numbers whenever I ask about dependencies"
+    ("instructions", re.compile(rf"^{_OPEN}(?P<verb>[\w'-]+)\b.*?(?:{_STANDING_SCOPE})", re.I)),
+    # "You should always …", "I want you to never …", "Keep your answers short", "I want all your answers …"
+    (
+        "instructions",
+        re.compile(
+            rf"{_CLAUSE}{_OPEN}(?:you (?:should|must|need to|have to|shall)|"
+            r"I (?:want|need|'d like|would like) you to) (?:always|never)\b",
+            re.I,
+        ),
+    ),
+    (
+        "instructions",
+        re.compile(rf"^{_OPEN}(?:keep|make) (?:all )?(?:of )?your (?:answers|responses|replies)\b", re.I),
+    ),
+    (
+        "instructions",
+        re.compile(
+            r"\bI (?:want|need|'d like|would like) (?:all (?:of )?your|every|each of your) "
+            r"(?:answers?|responses?|replies|reply|explanations?|code examples?)\b",
+            re.I,
+        ),
+    ),
+    # "I prefer …" anywhere ("…, so I prefer simple, minimal dependencies, how can I …"), "I'd prefer …",
+    # "I usually prefer …", "I prioritize print editions …"; not "I prefer not to say"
+    (
+        "preferences",
+        re.compile(
+            r"\bI(?:'d| would)?(?: (?:really|generally|usually|always|also|still|strongly|much|definitely|"
+            r"tend to|do))* (?:prefer|prioriti[sz]e)\b(?! not to (?:say|answer|share|disclose|discuss|talk))",
+            re.I,
+        ),
+    ),
+    # "I've always preferred tabs", "I'd rather you didn't …", "I'd rather use Excel than an app"
+    ("preferences", re.compile(r"\bI(?:'ve| have) (?:always|long) (?:preferred|liked|loved|hated)\b", re.I)),
+    (
+        "preferences",
+        re.compile(r"\bI(?:'d| would) rather (?:you\b|(?=.*\b(?:than|over|instead of)\b))", re.I),
+    ),
+    # "My preference is …", "considering my preference for keeping the bundle under 100KB"
+    ("preferences", re.compile(r"\bmy (?:[\w-]+ )?preferences? (?:is|are|would be|for|towards?)\b", re.I)),
+    # At a clause start: "I like it when you show the diff", "I hate long preambles", "…, but I enjoy print …"
+    (
+        "preferences",
+        re.compile(
+            rf"{_CLAUSE}(?:and |but |so )?I (?:(?:really|also|generally|usually|just|absolutely|do) )?"
+            r"(?:like|love|hate|dislike|enjoy|can't stand|cannot stand|don't like|do not like) "
+            r"(?P<liked>[\w'-]+)",
+            re.I,
+        ),
+    ),
+    # "I'm a big fan of …", "I'm not a fan of …"
+    (
+        "preferences",
+        re.compile(r"\bI(?:'m| am) (?:not (?:really )?)?(?:a (?:big |huge )?fan of|partial to)\b", re.I),
+    ),
+]
+# "What's my preference for …?", "do you remember my preference …": a question about one, not a statement.
+_ASKED_PREFERENCE = re.compile(
+    r"\b(?:what|which)(?:'s| is| are| was)? my\b|\b(?:remember|recall|forget|forgot|know) my\b", re.I
+)
+# An order may end with a tag ("…, okay?") and still be an order; any other "?" makes it a question.
+_TAG_QUESTION = re.compile(r"[,\s](?:ok|okay|alright|please|got it|understood|thanks)\s*\?$", re.I)
+# A sentence longer than this is kept as an excerpt: from the start of its clause to where the next clause
+# (", and I've …") or a request (", can you …", ", how do I …") begins, so a preference said in passing in a
+# long message costs its own words, not the whole message.
+STANDING_CHARS = 300
+_CLAUSE_TAIL = re.compile(
+    r"[,;]\s+(?:(?:and|but|so|while|although|though|because|since|plus)\s+)?(?:also\s+)?"
+    r"(?:can|could|would|will|how|what|which|where|why|do|does|is|are|should|any|maybe|considering|given|"
+    r"please|provide|show|give|explain|tell|i|i'm|i've|i'd|i'll|we|we're|we've|my|it|it's|this|that)\b",
+    re.I,
+)
+
+
 # The tool loop: model calls per batch, tool calls per batch, and the size of what the model reads.
 MAX_ROUNDS = 4
 MAX_TOOL_CALLS = 24
@@ -166,7 +337,7 @@ SEARCH_HITS = 5
 MAX_BATCHES = 8
 MAX_RESTARTS = 2
 # Labels the model may create; other labels must already exist (custom blocks are made by the API/admin).
-CREATABLE_LABELS = ("preferences", "profile")
+CREATABLE_LABELS = ("preferences", "instructions", "profile")
 BUDGET_PURPOSE = "memory_agent"
 
 SYSTEM_PROMPT = """You maintain the long-term memory an AI assistant keeps about one user. You are shown the \
@@ -180,6 +351,9 @@ core_memory_update, and stay within each block's character limit (replace or sho
 later with archival_memory_insert, one self-contained sentence each. Write a fact about the user as "the \
 user's <thing> is <value>", so a newer fact about the same thing replaces the older one. Use \
 archival_memory_search when you are unsure whether something is already stored.
+- Standing instructions the user gives the assistant ("always …", "never …", "from now on …", "when I ask \
+about X, do Y") go into the `instructions` block, stated preferences into `preferences`: one line each, \
+"#<seq> " followed by the user's own words, verbatim.
 - Store what the user states or confirms, not guesses and not what the assistant merely suggested. Never \
 store passwords, API keys or other secrets.
 - Give the #seq of the message a memory comes from as source_seq.
@@ -201,8 +375,9 @@ class AgentRun:
     llm_tokens: int = 0
 
 
-def _sentences(text: str) -> list[str]:
-    """The sentences of a message's prose: code blocks, logs, commands and quotes are left out."""
+def _sentence_spans(text: str) -> list[str]:
+    """The sentences of a message's prose as written, end punctuation kept: code blocks, logs, commands and
+    quotes are left out."""
     out = []
     for line in _FENCE.sub("\n", text).split("\n"):
         if not line.strip() or _is_code_line(line):
@@ -218,7 +393,134 @@ def _sentences(text: str) -> list[str]:
             out.append(line[start : end.end()])
             start = end.end()
         out.append(line[start:])
-    return [s.strip().rstrip(".!。！…") for s in out if s.strip().rstrip(".!。！…")]
+    return [s.strip() for s in out if _sentence_clean(s)]
+
+
+def _sentence_clean(raw: str) -> str:
+    return raw.strip().rstrip(".!。！…")
+
+
+def _sentences(text: str) -> list[str]:
+    """The sentences of a message's prose, without their final full stop or exclamation mark."""
+    return [_sentence_clean(s) for s in _sentence_spans(text)]
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A standing instruction or preference of the user's (see STANDING_PATTERNS)."""
+
+    label: str  # the core memory block: instructions | preferences
+    text: str  # the user's words: the sentence (an excerpt of a long one), or the whole short message
+    sentences: tuple[str, ...]  # the sentences it covers, as _sentences gives them
+
+
+def _looks_like_order(word: str, *, listed_only: bool) -> bool:
+    lower = word.lower()
+    if lower in _ORDER_VERBS:
+        return True
+    # A capitalised word is a name ("Always Alice …"), a word with an apostrophe a contraction ("never I'm").
+    if listed_only or lower in _NOT_ORDERS or not re.fullmatch(r"[a-z][a-z-]*", word):
+        return False
+    if (lower.endswith("ing") and len(lower) > 5) or lower.endswith("ly"):
+        return False
+    if lower.endswith("ed") and not lower.endswith("eed"):
+        return False
+    return not (lower.endswith("s") and not lower.endswith(("ss", "us")))
+
+
+# A sentence that opens like a question asks; it does not order ("can you always-on the server").
+_ASKS = re.compile(
+    r"(?:can|could|would|will|should|shall|may|might|did|does|is|are|was|were|has|have|had|what|why|how|"
+    r"where|which|who|any idea)\b",
+    re.I,
+)
+
+
+def _standing_holds(label: str, sentence: str, match: re.Match[str]) -> bool:
+    """The checks a pattern of STANDING_PATTERNS leaves to code (see the comment above the table)."""
+    groups = match.groupdict()
+    if label == "instructions":
+        if _ASKS.match(sentence) or (sentence.endswith("?") and not _TAG_QUESTION.search(sentence)):
+            return False
+        if groups.get("order") and not _looks_like_order(groups["order"], listed_only=False):
+            return False
+        if groups.get("verb") and not _looks_like_order(groups["verb"], listed_only=True):
+            return False
+        dont = groups.get("dont")
+        return not dont or (dont.lower() not in _NOT_DONT and _looks_like_order(dont, listed_only=False))
+    liked = groups.get("liked")
+    # "I love it" is a reaction; "I love it when you …" a preference.
+    if (
+        liked
+        and liked.lower() in _NOT_LIKED
+        and not re.match(r"it (?:when|if)\b", sentence[match.start("liked") :], re.I)
+    ):
+        return False
+    before = re.findall(r"[\w']+", sentence[: match.start()])
+    if before and before[-1].lower() in _ASKING:
+        return False
+    return not _ASKED_PREFERENCE.search(sentence[max(0, match.start() - 25) : match.start() + 3])
+
+
+def _standing_match(sentence: str) -> tuple[str, int, int] | None:
+    """(block, start, end) of the first standing instruction or preference in a sentence, else None."""
+    for label, pattern in STANDING_PATTERNS:
+        for match in pattern.finditer(sentence):
+            if _standing_holds(label, sentence, match):
+                return label, match.start(), match.end()
+    return None
+
+
+def standing_kind(sentence: str) -> str | None:
+    """The core memory block ("instructions" or "preferences") for a standing instruction or preference."""
+    hit = _standing_match(strip_lead_in(sentence)[0])
+    return hit[0] if hit else None
+
+
+def _excerpt(sentence: str, start: int, end: int) -> str:
+    """The sentence, or for a long one (STANDING_CHARS) the words around [start, end): from the sentence's
+    (or else the clause's) start to where a request or question begins. Cuts are marked with "…"."""
+    if len(sentence) <= STANDING_CHARS:
+        return sentence
+    tail = _CLAUSE_TAIL.search(sentence, end)
+    stop, begin = (tail.start() if tail else len(sentence)), 0
+    if stop > STANDING_CHARS:
+        clause = max(sentence.rfind(", ", 0, start), sentence.rfind("; ", 0, start))
+        begin = clause + 2 if clause >= 0 else 0
+    if stop - begin > STANDING_CHARS:
+        space = sentence.rfind(" ", max(begin, end), begin + STANDING_CHARS)
+        stop = space if space > 0 else begin + STANDING_CHARS
+    text = sentence[begin:stop].strip(" ,;")
+    return ("…" if begin else "") + text + (" …" if stop < len(sentence) else "")
+
+
+def standing_statements(text: str) -> list[Standing]:
+    """The standing instructions and preferences of a user message, in order (code, logs and quotes left
+    out). A short one-line message (STANDING_CHARS) that is all instructions, or all preferences, is kept
+    whole."""
+    spans = _sentence_spans(text)
+    found = []
+    for raw in spans:
+        sentence = _sentence_clean(raw)
+        rest, _ = strip_lead_in(sentence)
+        hit = _standing_match(rest)
+        if hit is not None:
+            offset = len(sentence) - len(rest)
+            excerpt = _excerpt(raw, hit[1] + offset, hit[2] + offset)
+            found.append(Standing(hit[0], " ".join(excerpt.split()), (sentence,)))
+    whole = text.strip()
+    if (
+        found
+        and len(found) == len(spans)
+        and len({item.label for item in found}) == 1
+        and len(whole) <= STANDING_CHARS
+        and "\n" not in whole
+        and not _FENCE.search(whole)
+    ):
+        return [
+            Standing(found[0].label, " ".join(whole.split()), tuple(s for f in found for s in f.sentences))
+        ]
+    return found
 
 
 def _append_core(end_user: Any, label: str, line: str, *, conversation: Conversation, trigger: str) -> bool:
@@ -755,10 +1057,8 @@ def _batch_apply(conversation: Conversation, batch: _Batch, plan: _Plan | None, 
         else:
             end_user = conversation.end_user
             for message in batch.messages:
-                if message.role != Message.Role.USER:
-                    continue
-                for sentence in _sentences(message.content):
-                    _apply_rules(run, end_user, conversation, message, sentence)
+                if message.role == Message.Role.USER:
+                    _apply_rules_message(run, end_user, conversation, message)
         cursor.last_seq = batch.to_seq
         cursor.updated_at = timezone.now()
         cursor.save(update_fields=["last_seq", "updated_at"])
@@ -834,7 +1134,96 @@ def _detail(sentence: str) -> str | None:
     return ArchivalMemory.Kind.DECISION if _DECISION.search(sentence) else ArchivalMemory.Kind.FACT
 
 
+def _line_key(line: str) -> str:
+    """A core memory line compared without its #seq, case, punctuation or spacing."""
+    return " ".join(re.sub(r"[\W_]+", " ", re.sub(r"^#\d+\s+", "", line.strip()).lower()).split())
+
+
+def _line_tag(line: str) -> str:
+    """How a trigger names a line: its #seq, or else its start."""
+    seq = re.match(r"#\d+\b", line)
+    return seq.group(0) if seq else repr(line[:30])
+
+
+def _core_line_add(
+    end_user: Any, label: str, line: str, *, conversation: Conversation, trigger: str
+) -> dict[str, Any] | None:
+    """Append `line` to a block unless the block already says it (_line_key). When the block would pass
+    its char_limit, its oldest lines give way, never the new one, and the trigger says which. Returns the
+    run's operation, or None when nothing changed. Inside the batch's transaction: the block is locked."""
+    block = CoreMemoryBlock.objects.select_for_update().filter(end_user=end_user, label=label).first()
+    lines = [old for old in (block.value.split("\n") if block else []) if old.strip()]
+    if _line_key(line) in {_line_key(old) for old in lines}:
+        return None
+    limit = block.char_limit if block else DEFAULT_CHAR_LIMIT
+    if len(line) > limit:  # only a block made smaller than one line: the line keeps its start
+        line = line[: limit - 1] + "…"
+    dropped = []
+    while lines and len("\n".join([*lines, line])) > limit:
+        dropped.append(lines.pop(0))
+    if dropped:
+        tags = ", ".join(_line_tag(old) for old in dropped)
+        trigger += (
+            f"; block over its {limit}-character limit: the oldest {len(dropped)} line(s) gave way ({tags})"
+        )
+    try:
+        core_memory_write(
+            end_user=end_user,
+            label=label,
+            value="\n".join([*lines, line]) if dropped else None,
+            append=None if dropped else line,
+            expected_version=block.version if block else None,
+            actor=Actor.AGENT,
+            actor_name="rules",
+            trigger=trigger,
+            conversation=conversation,
+        )
+    except ApplicationError as exc:
+        logger.info("memory agent skipped core memory %s: %s", label, exc.message)
+        return None
+    operation: dict[str, Any] = {
+        "op": "core_memory_update" if dropped else "core_memory_append",
+        "label": label,
+    }
+    return {**operation, "dropped": dropped} if dropped else operation
+
+
+def _standing_store(
+    run: AgentRun, end_user: Any, conversation: Conversation, message: Message, item: Standing
+) -> None:
+    """One line "#<seq> <the user's words>" in the `instructions` or `preferences` block."""
+    if looks_secret(item.text):
+        return  # the sentence rules note it
+    rule = "instruction" if item.label == "instructions" else "preference"
+    line = f"#{message.seq} {item.text}"
+    trigger = f"rule:{rule} (message #{message.seq})"
+    operation = _core_line_add(end_user, item.label, line, conversation=conversation, trigger=trigger)
+    if operation is not None:
+        if operation.get("dropped"):
+            run.notes.append(
+                f"Core memory <{item.label}> was full: its oldest {len(operation['dropped'])} line(s) gave "
+                f"way to the one from message #{message.seq}."
+            )
+        run.operations.append({**operation, "rule": rule})
+
+
+def _apply_rules_message(run: AgentRun, end_user: Any, conversation: Conversation, message: Message) -> None:
+    """The rules over one user message, sentence by sentence; a standing instruction or preference goes to
+    core memory once (a short message that is one is kept whole), where its first sentence comes."""
+    standing = {s: item for item in standing_statements(message.content) for s in item.sentences}
+    stored: list[Standing] = []
+    for sentence in _sentences(message.content):
+        item = standing.get(sentence)
+        if item is not None and item not in stored:
+            stored.append(item)
+            _standing_store(run, end_user, conversation, message, item)
+        _apply_rules(run, end_user, conversation, message, sentence)
+
+
 def _rule_match(sentence: str) -> tuple[str, re.Match[str] | None, str | None]:
+    standing = standing_kind(sentence)
+    if standing is not None:
+        return ("instruction" if standing == "instructions" else "preference"), None, None
     for rule, pattern in RULES:
         match = pattern.match(sentence)
         if match is not None:
@@ -862,9 +1251,9 @@ def _apply_rules(
         if _append_core(end_user, "profile", f"Name: {name}", conversation=conversation, trigger=trigger):
             run.operations.append({"op": "core_memory_append", "label": "profile", "rule": rule})
         return
-    if rule == "preference":
-        if _append_core(end_user, "preferences", sentence, conversation=conversation, trigger=trigger):
-            run.operations.append({"op": "core_memory_append", "label": "preferences", "rule": rule})
+    if rule == "instruction":
+        return  # in core memory only (_standing_store): in every prompt already, never a retrieval hit
+    if rule == "preference":  # its core memory line is written by _standing_store
         kind = ArchivalMemory.Kind.PREFERENCE
     elif rule == "remember":
         assert match is not None
@@ -915,7 +1304,7 @@ def memory_agent_request(*, conversation: Conversation) -> bool:
 
     conversation_id = str(conversation.id)
     transaction.on_commit(
-        lambda: memory_agent_conversation.apply_async((conversation_id,), countdown=delay or None),
+        lambda: task_send(memory_agent_conversation, conversation_id, countdown=delay or None),
         robust=True,
     )
     return True

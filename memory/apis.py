@@ -17,8 +17,11 @@ from tenants.api import StrictSerializer, error_responses, validated
 from tenants.errors import ApplicationError
 from tenants.scoping import access_end_user, access_object
 from tenants.services import end_user_get_or_create
+from tenants.validation import INT32_MAX
 
 LABEL_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+# What the label column (a SlugField) can hold, including labels an operator wrote in the admin.
+STORED_LABEL_RE = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 PRECONDITION_RESPONSES = {
     412: OpenApiResponse(description="version_mismatch: the block changed since the If-Match version"),
     422: OpenApiResponse(description="over_char_limit"),
@@ -30,11 +33,19 @@ IF_MATCH = OpenApiParameter(
 
 
 def _label(label: str) -> str:
-    if not LABEL_RE.match(label):
+    if not LABEL_RE.fullmatch(label):  # fullmatch: "$" alone would let a trailing newline through
         raise ApplicationError(
             "A label is lower-case letters, digits, '_' or '-', starting with a letter (at most 64).",
             code="invalid_label",
         )
+    return label
+
+
+def _stored_label(label: str) -> str:
+    """A label to look up: one the column cannot hold (too long, a NUL) names no block, and is not sent to
+    the database (PostgreSQL refuses a NUL even in a WHERE)."""
+    if not STORED_LABEL_RE.fullmatch(label):
+        raise ApplicationError(f"No core memory block {label[:64]!r}.", code="not_found", status_code=404)
     return label
 
 
@@ -85,7 +96,7 @@ class CoreMemoryBlockDetailApi(APIView):
     @extend_schema(responses={200: dict, **error_responses()})
     def get(self, request: Any, external_id: str, label: str) -> Response:
         end_user = access_end_user(tenant=request.auth.tenant, external_id=external_id)
-        block = end_user.memory_blocks.filter(label=label).first()
+        block = end_user.memory_blocks.filter(label=_stored_label(label)).first()
         if block is None:
             raise ApplicationError(f"No core memory block {label!r}.", code="not_found", status_code=404)
         return _block_response(block)
@@ -129,7 +140,7 @@ class CoreMemoryBlockDetailApi(APIView):
         end_user = access_end_user(tenant=request.auth.tenant, external_id=external_id)
         block, _ = services.core_memory_write(
             end_user=end_user,
-            label=label,
+            label=_stored_label(label),
             value=data.get("value"),
             append=data.get("append"),
             char_limit=data.get("char_limit"),
@@ -197,7 +208,7 @@ class TaskStateApi(APIView):
 
 class StateEventCreateApi(APIView):
     class StateEventInputSerializer(StrictSerializer):
-        expected_epoch = serializers.IntegerField(min_value=0)
+        expected_epoch = serializers.IntegerField(min_value=0, max_value=INT32_MAX)
         request_id = serializers.CharField(max_length=200)
         event_type = serializers.ChoiceField(choices=StateEvent.Type.values)
         payload = serializers.DictField(required=False, default=dict)

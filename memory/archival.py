@@ -31,7 +31,7 @@ from memory.lexical import (
 )
 from memory.models import Actor, ArchivalMemory, MemoryOperation
 from memory.services import operation_log
-from providers.embeddings import embed, from_bytes, to_bytes
+from providers.embeddings import embed, embed_query, from_bytes, to_bytes
 from tenants.errors import ApplicationError
 from tenants.models import EndUser
 
@@ -293,7 +293,8 @@ def archival_search(
     lexical = _lexical_ranking(end_user, query, candidates, expansion)
     vector_ranking: list[Any] = []
     degradations = []
-    vectors, model = embed([query])
+    vector, model = embed_query(query)
+    vectors = None if vector is None else vector[None, :]
     if vectors is None:
         degradations.append({"code": "embeddings_unavailable", "message": f"Lexical search only: {model}"})
     else:

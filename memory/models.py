@@ -10,8 +10,9 @@ from django.utils import timezone
 from conversations.models import Conversation
 from tenants.models import EndUser, Tenant
 
-# Rendered first, in this order; custom labels follow alphabetically.
-STANDARD_LABELS = ("persona", "preferences", "profile")
+# Rendered first, in this order; custom labels follow alphabetically. `instructions` holds the user's standing
+# instructions, verbatim, written by the memory agent's rules (memory.agent.STANDING_PATTERNS).
+STANDARD_LABELS = ("persona", "preferences", "instructions", "profile")
 DEFAULT_CHAR_LIMIT = 2000
 
 

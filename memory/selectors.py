@@ -9,7 +9,8 @@ from tenants.models import EndUser
 
 
 def label_order(label: str) -> tuple[int, str]:
-    """persona, preferences, profile, then custom labels alphabetically: a fixed order, so B2a is stable."""
+    """persona, preferences, instructions, profile, then custom labels alphabetically: a fixed order, so B2a
+    is stable."""
     if label in STANDARD_LABELS:
         return (STANDARD_LABELS.index(label), "")
     return (len(STANDARD_LABELS), label)

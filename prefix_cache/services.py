@@ -10,6 +10,7 @@ from rest_framework import status
 from conversations.models import Conversation
 from prefix_cache.models import CacheUsage, PrefixHint
 from prefix_cache.usage import usage_parse
+from providers.metrics import cache_usage_observe
 from providers.model_table import model_info
 from tenants.errors import ApplicationError
 from tenants.models import Tenant
@@ -127,6 +128,7 @@ def cache_usage_report(
                 row = CacheUsage(
                     tenant_id=conversation.tenant_id, conversation=conversation, model=conversation.model
                 )
+        matched = not row._state.adding  # a context call's row, with its prediction
         row.provider = parsed.provider
         row.prompt_tokens = parsed.prompt_tokens
         row.cached_tokens = parsed.cached_tokens
@@ -134,4 +136,10 @@ def cache_usage_report(
         row.completion_tokens = parsed.completion_tokens
         row.reported_at = timezone.now()
         row.save()
+    cache_usage_observe(
+        provider=row.provider,
+        matched=matched,
+        predicted_tokens=row.predicted_cacheable_tokens,
+        cached_tokens=row.cached_tokens,
+    )
     return row

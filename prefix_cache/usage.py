@@ -3,7 +3,10 @@
 from dataclasses import dataclass
 from typing import Any
 
+from rest_framework.exceptions import ErrorDetail, ValidationError
+
 from tenants.errors import ApplicationError
+from tenants.validation import INT32_MAX
 
 PROVIDERS = ("openai", "anthropic", "gemini")
 
@@ -50,12 +53,22 @@ def _bad(message: str) -> ApplicationError:
     return ApplicationError(message, code="invalid_usage")
 
 
-def _int(obj: dict[str, Any], *names: str, required: bool = False) -> int | None:
+def _too_many(*path: str) -> ValidationError:
+    # The token columns are PositiveIntegerFields: a larger count would be a database error (500).
+    detail: Any = [ErrorDetail(f"Ensure this value is less than or equal to {INT32_MAX}.", code="max_value")]
+    for key in reversed(("usage", *path)):
+        detail = {key: detail}
+    return ValidationError(detail)
+
+
+def _int(obj: dict[str, Any], *names: str, required: bool = False, within: str = "") -> int | None:
     for name in names:
         if name in obj and obj[name] is not None:
             value = obj[name]
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise _bad(f"{name} must be a non-negative integer.")
+            if value > INT32_MAX:
+                raise _too_many(*filter(None, (within, name)))
             return value
     if required:
         raise _bad(f"The usage object needs {names[0]}.")
@@ -89,10 +102,13 @@ def usage_parse(
         # Chat Completions: prompt_tokens + prompt_tokens_details.cached_tokens;
         # Responses API: input_tokens + input_tokens_details.cached_tokens.
         prompt = _int(usage, "prompt_tokens", "input_tokens", required=True)
-        details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
+        details_name = "prompt_tokens_details"
+        if not usage.get(details_name):
+            details_name = "input_tokens_details"
+        details = usage.get(details_name) or {}
         if not isinstance(details, dict):
             raise _bad("prompt_tokens_details must be an object.")
-        cached = _int(details, "cached_tokens") or 0
+        cached = _int(details, "cached_tokens", within=details_name) or 0
         parsed = ParsedUsage(
             "openai", prompt, cached, None, _int(usage, "completion_tokens", "output_tokens")
         )
@@ -101,6 +117,8 @@ def usage_parse(
         uncached = _int(usage, "input_tokens", required=True)
         read = _int(usage, "cache_read_input_tokens") or 0
         written = _int(usage, "cache_creation_input_tokens") or 0
+        if uncached + read + written > INT32_MAX:  # the prompt is stored as their sum
+            raise _too_many("input_tokens")
         parsed = ParsedUsage(
             "anthropic", uncached + read + written, read, written, _int(usage, "output_tokens")
         )

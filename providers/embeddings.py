@@ -41,7 +41,7 @@ class LocalMiniLM(Embedder):
         tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
         options = ort.SessionOptions()
         options.log_severity_level = 3
-        options.intra_op_num_threads = 1
+        options.intra_op_num_threads = settings.MNEMO_EMBEDDINGS_THREADS
         self._session = ort.InferenceSession(
             model_path, sess_options=options, providers=["CPUExecutionProvider"]
         )
@@ -156,3 +156,29 @@ def embed(texts: list[str]) -> tuple[np.ndarray | None, str]:
     except Exception as exc:
         logger.warning("embedding call failed: %s", exc)
         return None, f"The embedding call failed ({type(exc).__name__})."
+
+
+_QUERY_CACHE_SIZE = 256
+_query_cache: "dict[tuple[str, str], np.ndarray]" = {}
+_query_lock = threading.Lock()
+
+
+def embed_query(text: str) -> tuple[np.ndarray | None, str]:
+    """(one vector or None, model name or the reason): embed() for a search query, memoised, since one
+    context call searches several stores with the same question (and clients repeat questions)."""
+    status = embedder_status()
+    if status.embedder is None:
+        return None, status.reason
+    key = (status.embedder.name, text)
+    with _query_lock:
+        cached = _query_cache.get(key)
+    if cached is not None:
+        return cached, status.embedder.name
+    vectors, model = embed([text])
+    if vectors is None:
+        return None, model
+    with _query_lock:
+        if len(_query_cache) >= _QUERY_CACHE_SIZE:
+            _query_cache.pop(next(iter(_query_cache)))
+        _query_cache[key] = vectors[0]
+    return vectors[0], model

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from providers.egress import EgressPolicy, EgressRefused, guarded_http_client
+
 logger = logging.getLogger(__name__)
 
 # The model used when an endpoint is configured but no model is named (OpenAI's small chat model).
@@ -62,6 +64,20 @@ class LLMBadResponse(LLMError):
     code = "llm_bad_response"
 
 
+class LLMEndpointRefused(LLMError):
+    """A tenant's own endpoint this server will not call (providers/egress.py). The message is the same
+    whatever the reason, and names no URL or address: the operator's log has the details."""
+
+    code = "llm_endpoint_refused"
+
+    def __init__(self, *, attempts: int = 1) -> None:
+        super().__init__(
+            "this server does not call the tenant's LLM endpoint (its host is not on the operator's "
+            "allow-list, or it is not a public address)",
+            attempts=attempts,
+        )
+
+
 @dataclass(frozen=True)
 class LLMConfig:
     base_url: str | None
@@ -70,6 +86,9 @@ class LLMConfig:
     timeout: float
     max_retries: int
     backoff: float
+    # A URL from the tenant's settings: called only as providers/egress.py allows, never with the platform's
+    # key.
+    tenant_endpoint: bool = False
 
     def with_limits(self, *, timeout: float | None = None, max_retries: int | None = None) -> LLMConfig:
         """The same endpoint with tighter limits (the request path cannot wait as long as a worker)."""
@@ -80,30 +99,46 @@ class LLMConfig:
         )
 
     def describe(self) -> str:
-        """Endpoint and model without the key, for logs and responses."""
-        return f"{self.model} at {self.base_url or 'api.openai.com'}"
+        """Model and whose endpoint, for responses: no key, and no URL either (the platform's endpoint may
+        be an internal address; a tenant's may be one this server refused to call)."""
+        return f"{self.model} at the {'tenant' if self.tenant_endpoint else 'platform'}'s endpoint"
+
+    def log_label(self) -> str:
+        """Model and endpoint host, for the operator's log."""
+        from urllib.parse import urlsplit
+
+        host = urlsplit(self.base_url).hostname if self.base_url else "api.openai.com"
+        return f"{self.model} at {host} ({'tenant' if self.tenant_endpoint else 'platform'})"
 
 
 def llm_config(overrides: Mapping[str, Any] | None = None) -> LLMConfig | None:
     """The endpoint from settings (LLM_BASE_URL, LLM_API_KEY, LLM_MODEL), with a tenant's own
     `llm_base_url`, `llm_api_key` and `llm_model` settings taking precedence. None when neither names an
-    endpoint: the caller then uses the offline path."""
+    endpoint: the caller then uses the offline path.
+
+    A tenant's `llm_base_url` comes with the tenant's `llm_api_key` or with no key at all: the platform's
+    LLM_API_KEY only ever goes to the platform's endpoint. Whether the tenant's URL is called at all is
+    decided when the call is made (providers/egress.py, MNEMO_TENANT_LLM_HOSTS)."""
     from django.conf import settings
 
     overrides = overrides or {}
-    base_url = str(overrides.get("llm_base_url") or settings.LLM_BASE_URL or "").strip() or None
-    api_key = str(overrides.get("llm_api_key") or settings.LLM_API_KEY or "").strip()
-    model = str(overrides.get("llm_model") or settings.LLM_MODEL or "").strip()
-    if overrides.get("llm_enabled") is False or (not base_url and not api_key):
+    if overrides.get("llm_enabled") is False:
         return None
-    return LLMConfig(
-        base_url=base_url,
-        api_key=api_key or _PLACEHOLDER_KEY,
-        model=model or FALLBACK_MODEL,
-        timeout=float(settings.LLM_TIMEOUT_SECONDS),
-        max_retries=int(settings.LLM_MAX_RETRIES),
-        backoff=float(settings.LLM_RETRY_BACKOFF_SECONDS),
-    )
+    model = str(overrides.get("llm_model") or settings.LLM_MODEL or "").strip() or FALLBACK_MODEL
+    limits = {
+        "timeout": float(settings.LLM_TIMEOUT_SECONDS),
+        "max_retries": int(settings.LLM_MAX_RETRIES),
+        "backoff": float(settings.LLM_RETRY_BACKOFF_SECONDS),
+    }
+    tenant_key = str(overrides.get("llm_api_key") or "").strip()
+    tenant_url = str(overrides.get("llm_base_url") or "").strip()
+    if tenant_url:
+        return LLMConfig(base_url=tenant_url, api_key=tenant_key, model=model, tenant_endpoint=True, **limits)
+    base_url = str(settings.LLM_BASE_URL or "").strip() or None
+    api_key = tenant_key or str(settings.LLM_API_KEY or "").strip()
+    if not base_url and not api_key:
+        return None
+    return LLMConfig(base_url=base_url, api_key=api_key or _PLACEHOLDER_KEY, model=model, **limits)
 
 
 @dataclass(frozen=True)
@@ -149,11 +184,41 @@ class LLMReply:
 
 
 @functools.lru_cache(maxsize=32)
-def _client(base_url: str | None, api_key: str, timeout: float) -> Any:
+def _client(base_url: str | None, api_key: str, timeout: float, egress: EgressPolicy | None = None) -> Any:
     import openai
 
-    # Retries are ours (counted, logged, with our backoff), so the package's own are off.
-    return openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
+    options: dict[str, Any] = {}
+    if egress is not None:
+        # A tenant's endpoint: every connection checked (providers/egress.py).
+        options["http_client"] = guarded_http_client(egress, timeout=timeout)
+    # Retries are ours (counted, logged, with our backoff), so the package's own are off. Without a key the
+    # package still wants one: it gets a placeholder that _request_headers keeps off the wire.
+    return openai.OpenAI(
+        base_url=base_url, api_key=api_key or _PLACEHOLDER_KEY, timeout=timeout, max_retries=0, **options
+    )
+
+
+def _request_headers(config: LLMConfig) -> dict[str, Any]:
+    import openai
+
+    headers: dict[str, Any] = {}
+    if config.tenant_endpoint:
+        # Nothing of the platform's OpenAI environment (OPENAI_ORG_ID, OPENAI_PROJECT_ID) goes to a tenant.
+        headers = {"OpenAI-Organization": openai.Omit(), "OpenAI-Project": openai.Omit()}
+    if not config.api_key:
+        headers["Authorization"] = openai.Omit()  # no key: no Authorization header at all
+    return headers
+
+
+def _refusal(exc: BaseException | None) -> EgressRefused | None:
+    """The egress refusal behind an exception (the openai package wraps it in APIConnectionError)."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, EgressRefused):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
 
 
 def _classify(exc: Exception, attempt: int) -> LLMError:
@@ -245,13 +310,25 @@ def _complete(
     429 and 5xx; a 4xx or a malformed reply fails at once."""
     if config is None:
         raise LLMNotConfigured("no LLM endpoint is configured")
-    client = _client(config.base_url, config.api_key, config.timeout)
+    egress = None
+    if config.tenant_endpoint:
+        egress = EgressPolicy.from_settings()
+        reason = egress.url_refusal(config.base_url or "")
+        if reason is not None:
+            logger.warning("LLM call to %s refused: %s", config.log_label(), reason)
+            raise LLMEndpointRefused()
+    try:
+        client = _client(config.base_url, config.api_key, config.timeout, egress)
+    except EgressRefused as exc:
+        logger.warning("LLM call to %s refused: %s", config.log_label(), exc.reason)
+        raise LLMEndpointRefused() from None
+    headers = _request_headers(config)
     started = time.perf_counter()
     attempts = 1 + max(0, config.max_retries)
     for attempt in range(1, attempts + 1):
         try:
             completion = client.chat.completions.create(
-                model=config.model, messages=list(messages), **request
+                model=config.model, messages=list(messages), extra_headers=headers, **request
             )
             if isinstance(completion, str):  # a non-JSON content type comes back as the raw text
                 raise LLMBadResponse("the reply is not JSON", attempts=attempt)
@@ -271,15 +348,23 @@ def _complete(
         except LLMError:
             raise
         except Exception as exc:
+            refusal = _refusal(exc)
+            if refusal is not None:
+                logger.warning("LLM call to %s refused: %s", config.log_label(), refusal.reason)
+                raise LLMEndpointRefused(attempts=attempt) from None
             error = _classify(exc, attempt)
             if not error.retryable or attempt == attempts:
                 logger.warning(
-                    "LLM call to %s failed after %d attempt(s): %s", config.describe(), attempt, error
+                    "LLM call to %s failed after %d attempt(s): %s", config.log_label(), attempt, error
                 )
                 raise error from exc
             delay = config.backoff * (2 ** (attempt - 1)) * random.uniform(0.8, 1.2)  # noqa: S311
             logger.info(
-                "LLM call to %s failed (%s); retry %d in %.2fs", config.describe(), error.code, attempt, delay
+                "LLM call to %s failed (%s); retry %d in %.2fs",
+                config.log_label(),
+                error.code,
+                attempt,
+                delay,
             )
             sleep(delay)
     raise AssertionError("unreachable")  # pragma: no cover

@@ -201,6 +201,20 @@ def count_text(text: str, *, model: str | None = None, encoding: str | None = No
     return _count(_encoder(model, encoding), text)
 
 
+def truncate_text(text: str, tokens: int, *, model: str | None = None) -> str:
+    """The longest head of ``text`` of at most ``tokens`` tokens (cut on a token boundary)."""
+    if tokens <= 0:
+        return ""
+    encoder = _encoder(model)
+    # Tokens average well under 8 characters, so this head holds the cut; if it does not (a run of long
+    # tokens), the head is returned whole: still within `tokens`, just shorter than it could be.
+    head = text[: tokens * 8]
+    ids = encoder.encode_ordinary(head)
+    if len(ids) <= tokens and len(head) == len(text):
+        return text
+    return encoder.decode(ids[:tokens])
+
+
 def message_overheads(model: str | None) -> tuple[int, int]:
     """(tokens added per message, tokens added per name) for ``model``."""
     if model and normalize_model_name(model).startswith("gpt-3.5-turbo-0301"):

@@ -1,16 +1,26 @@
-"""API building blocks every app's views use: a size-capped JSON parser and serializers that refuse
-fields they do not know."""
+"""API building blocks every app's views use: size-capped parsers that refuse hostile JSON
+(tenants/validation.py), serializers that refuse fields they do not know, and a boolean field that takes
+only true or false."""
 
-import io
 from typing import Any
 
 from django.conf import settings
 from drf_spectacular.utils import OpenApiResponse, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.exceptions import ErrorDetail, ValidationError
-from rest_framework.parsers import BaseParser, JSONParser
+from rest_framework.exceptions import ErrorDetail, ParseError, ValidationError
+from rest_framework.parsers import BaseParser, JSONParser, MultiPartParser
 
 from tenants.errors import ApplicationError
+from tenants.validation import HostileInput, json_loads
+
+
+def _too_large(limit: int) -> ApplicationError:
+    return ApplicationError(
+        f"The request body is larger than {limit} bytes.",
+        code="request_too_large",
+        status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        extra={"limit_bytes": limit},
+    )
 
 
 def read_limited(stream: Any) -> bytes:
@@ -19,18 +29,48 @@ def read_limited(stream: Any) -> bytes:
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     raw = stream.read(limit + 1) if stream is not None else b""
     if len(raw) > limit:
-        raise ApplicationError(
-            f"The request body is larger than {limit} bytes.",
-            code="request_too_large",
-            status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
-            extra={"limit_bytes": limit},
-        )
+        raise _too_large(limit)
     return raw
+
+
+def json_body(raw: bytes | str) -> Any:
+    """A JSON body (or a form field holding JSON) as the API takes it: 400 malformed_json when it is not
+    JSON, and the codes of tenants/validation.py when it is hostile (too deep, NUL, lone surrogate)."""
+    try:
+        return json_loads(raw)
+    except HostileInput as exc:
+        raise exc.api_error() from None
+    except ValueError as exc:
+        raise ParseError(f"JSON parse error - {exc}") from None
 
 
 class LimitedJSONParser(JSONParser):
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
-        return super().parse(io.BytesIO(read_limited(stream)), media_type, parser_context)
+        raw = read_limited(stream)
+        encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
+        if encoding.lower().replace("-", "") != "utf8":
+            try:
+                raw = raw.decode(encoding)
+            except (LookupError, ValueError) as exc:
+                raise ParseError(f"JSON parse error - {exc}") from None
+        return json_body(raw)
+
+
+class LimitedMultiPartParser(MultiPartParser):
+    """Multipart bodies (image uploads) held to the same limit as JSON ones, from Content-Length before a
+    byte is read: Django counts only a form's text fields against DATA_UPLOAD_MAX_MEMORY_SIZE, so an upload
+    of any size was read (to memory or a temporary file) before the image check refused it."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        meta = parser_context["request"].META if parser_context else {}
+        try:
+            length = int(meta.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0  # Django reads no body without a valid Content-Length either
+        if length > limit:
+            raise _too_large(limit)
+        return super().parse(stream, media_type, parser_context)
 
 
 class RawBodyParser(BaseParser):
@@ -54,6 +94,16 @@ class StrictSerializer(serializers.Serializer):
                     {key: [ErrorDetail("Unknown field.", code="unknown_field")] for key in unknown}
                 )
         return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """A JSON true or false. BooleanField also takes 0, 1, "yes", "off"…, so a number sent where a boolean
+    belongs would pass as something the client did not say."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
 
 
 def validated(serializer_class: type[serializers.Serializer], data: Any, **kwargs: Any) -> Any:

@@ -54,7 +54,14 @@ def api_key_touch(api_key: ApiKey) -> None:
     api_key.last_used_at = now
     if settings.MNEMO_API_KEY_CACHE_SECONDS:
         # The cached copy carries last_used_at too; refresh it or every request would try the update again.
-        cache.set(api_key_cache_key(api_key.prefix), api_key, settings.MNEMO_API_KEY_CACHE_SECONDS)
+        # Refresh the entry that is cached now, never write this request's copy back: the key or its tenant
+        # may have changed since this request read it, and the change dropped the entry; writing the old
+        # copy back would bring the old settings (or a revoked key) back until the entry expired.
+        cache_key = api_key_cache_key(api_key.prefix)
+        cached = cache.get(cache_key)
+        if cached is not None and cached.pk == api_key.pk:
+            cached.last_used_at = now
+            cache.set(cache_key, cached, settings.MNEMO_API_KEY_CACHE_SECONDS)
 
 
 def authenticate_raw_key(raw_key: str | None) -> ApiKey | None:

@@ -1,10 +1,17 @@
 """The one application error type and the DRF handler that renders every error as
 {"error": {"code", "message", "extra"}}."""
 
+import logging
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import (
+    RequestDataTooBig,
+    SuspiciousOperation,
+    TooManyFieldsSent,
+    TooManyFilesSent,
+)
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -71,6 +78,21 @@ _STATUS_CODES = {
 }
 
 
+def _suspicious(exc: SuspiciousOperation) -> Response:
+    """A request Django's parsers refuse (too many files or fields in a form, a malformed multipart body):
+    the 400 Django would send as an HTML page, in the API's shape, logged where Django logs it."""
+    logging.getLogger(f"django.security.{exc.__class__.__name__}").warning("%s", exc)
+    if isinstance(exc, TooManyFilesSent):
+        limit = settings.DATA_UPLOAD_MAX_NUMBER_FILES
+        body = error_body("too_many_files", f"A request carries at most {limit} files.", {"limit": limit})
+    elif isinstance(exc, TooManyFieldsSent):
+        limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+        body = error_body("too_many_fields", f"A request carries at most {limit} fields.", {"limit": limit})
+    else:
+        body = error_body("bad_request", "The request could not be read.")
+    return Response(body, status=status.HTTP_400_BAD_REQUEST)
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ApplicationError):
         return Response(error_body(exc.code, exc.message, exc.extra), status=exc.status_code)
@@ -83,6 +105,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             error_body("request_too_large", "The request body is larger than this server accepts."),
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
+    elif isinstance(exc, SuspiciousOperation):
+        return _suspicious(exc)
 
     if isinstance(exc, exceptions.ValidationError):
         first = _first_error(exc.detail)

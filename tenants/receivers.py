@@ -3,6 +3,7 @@
 from typing import Any
 
 from django.core.cache import cache
+from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
@@ -11,7 +12,14 @@ from tenants.selectors import api_key_cache_key
 
 
 def api_keys_uncache(prefixes: list[str]) -> None:
-    cache.delete_many([api_key_cache_key(p) for p in prefixes])
+    keys = [api_key_cache_key(p) for p in prefixes]
+    if not keys:
+        return
+    cache.delete_many(keys)
+    # Once more when the change commits (at once outside a transaction): until then other connections still
+    # read the old row, and a request that authenticated meanwhile cached it again (the admin saves inside a
+    # transaction). Without this, a settings change or a revocation could wait for the entry to expire.
+    transaction.on_commit(lambda: cache.delete_many(keys))
 
 
 @receiver([post_save, post_delete], sender=ApiKey)

@@ -9,6 +9,7 @@ from django.db import connections, models
 from django.http import Http404
 
 from tenants.models import EndUser, Tenant
+from tenants.validation import text_is_clean
 
 M = TypeVar("M", bound=models.Model)
 
@@ -110,6 +111,10 @@ class ScopedRowLookup:
 
 
 def access_end_user(*, tenant: Tenant, external_id: str) -> EndUser:
+    """The tenant's end user with this id, else Http404, also for an id no end user can have (too long for
+    the column, a NUL), which is not sent to the database."""
+    if not text_is_clean(external_id, max_length=EndUser._meta.get_field("external_id").max_length):
+        raise Http404
     try:
         return EndUser.objects.get(tenant=tenant, external_id=external_id)
     except EndUser.DoesNotExist:

@@ -6,6 +6,7 @@ from django.utils.text import slugify
 
 from tenants.errors import ApplicationError
 from tenants.models import ApiKey, EndUser, Tenant, hash_api_key
+from tenants.validation import text_is_clean
 
 
 @transaction.atomic
@@ -46,7 +47,21 @@ def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
     return api_key
 
 
+def check_external_id(external_id: str) -> str:
+    """An end user's id as a client may create it: 1..255 characters (the column), none of them NUL or a
+    lone surrogate. PostgreSQL would refuse it with an error (500); SQLite would store it whole."""
+    limit = EndUser._meta.get_field("external_id").max_length
+    if not text_is_clean(external_id, max_length=limit):
+        raise ApplicationError(
+            f"An end user id is 1 to {limit} characters, without NUL or surrogate characters.",
+            code="invalid_end_user_id",
+            extra={"max_length": limit},
+        )
+    return external_id
+
+
 def end_user_get_or_create(*, tenant: Tenant, external_id: str) -> EndUser:
+    check_external_id(external_id)
     try:
         with transaction.atomic():
             end_user, _ = EndUser.objects.get_or_create(tenant=tenant, external_id=external_id)

@@ -4,8 +4,10 @@ No variables set gives the embedded default: SQLite and blobs under var/, a loca
 in-memory channel layer and eager Celery. DATABASE_URL and REDIS_URL switch to PostgreSQL and Redis.
 """
 
+import ipaddress
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -37,6 +39,11 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+# true only behind a TLS-terminating proxy that sets X-Forwarded-Proto itself: then a request it forwarded as
+# https is secure to Django. Without a proxy a client could send the header and pass for https.
+MNEMO_BEHIND_PROXY = env_bool("MNEMO_BEHIND_PROXY", default=False)
+if MNEMO_BEHIND_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -50,6 +57,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "channels",
     "django_celery_beat",
+    "axes",
     "tenants",
     "cold_storage",
     "conversations",
@@ -60,6 +68,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so request latency (GET /metrics) includes the rest of the chain.
+    "config.ops.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -67,6 +77,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: turns a locked-out admin login into its 429 response.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -186,6 +198,23 @@ CELERY_TIMEZONE = "UTC"
 
 # --- Auth, i18n, static ----------------------------------------------------------------------------------
 
+# Admin logins are rate limited by django-axes: its backend comes first and refuses a locked-out username+IP
+# before the password is even checked. API keys never go through these backends (tenants/authentication.py).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# This many failed logins for one username from one address lock that pair out for the cool-off (a failure
+# while locked out starts it again); superusers, and operators for their tenants' members, lift a lockout in
+# the admin (Axes → Access attempts). The address is REMOTE_ADDR: behind a proxy, have the server take the
+# client's address from the proxy's header (uvicorn --proxy-headers --forwarded-allow-ips).
+AXES_FAILURE_LIMIT = env_int("MNEMO_ADMIN_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("MNEMO_ADMIN_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# The admin views are tenants/admin.py's (scoped), not the ones axes registers.
+AXES_ENABLE_ADMIN = False
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -249,8 +278,9 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
-# Request limits. A message over MNEMO_MAX_MESSAGE_BYTES (content plus parts, UTF-8) or a batch of more than
-# MNEMO_MAX_BATCH_MESSAGES is refused with 400 and nothing is stored.
+# Request limits. A message over MNEMO_MAX_MESSAGE_BYTES (content, parts and metadata, UTF-8; a context call's
+# user message with its attachments too) or a batch of more than MNEMO_MAX_BATCH_MESSAGES is refused with 400
+# and nothing is stored. MNEMO_MAX_REQUEST_BYTES holds multipart uploads too (tenants/api.py).
 MNEMO_MAX_MESSAGE_BYTES = env_int("MNEMO_MAX_MESSAGE_BYTES", 256 * 1024, minimum=1)
 MNEMO_MAX_BATCH_MESSAGES = env_int("MNEMO_MAX_BATCH_MESSAGES", 100, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MNEMO_MAX_REQUEST_BYTES", 16 * 1024 * 1024, minimum=1024)
@@ -303,7 +333,8 @@ MNEMO_IMAGE_RETENTION_DAYS = env_int("MNEMO_IMAGE_RETENTION_DAYS", 30, minimum=1
 # --- LLM, summaries and compaction --------------------------------------------------------------------------
 # Any OpenAI-compatible endpoint: OpenAI (LLM_API_KEY), vLLM or Ollama (LLM_BASE_URL), a gateway. With neither
 # set, summaries come from the offline extractive summariser and responses say so. A tenant's settings
-# llm_base_url / llm_api_key / llm_model (and llm_enabled=false) win over these.
+# llm_base_url / llm_api_key / llm_model (and llm_enabled=false) win over these; a tenant's own URL only as
+# MNEMO_TENANT_LLM_HOSTS below allows.
 LLM_BASE_URL = env_str("LLM_BASE_URL")
 LLM_API_KEY = env_str("LLM_API_KEY")
 LLM_MODEL = env_str("LLM_MODEL")
@@ -314,6 +345,43 @@ LLM_RETRY_BACKOFF_SECONDS = env_int("LLM_RETRY_BACKOFF_MS", 1000, minimum=0) / 1
 # once spent, summaries are made offline until the month ends. 0 = no background LLM use.
 MNEMO_LLM_MONTHLY_TOKENS = env_int("MNEMO_LLM_MONTHLY_TOKENS", 2_000_000, minimum=0)
 
+
+def _host_patterns(variable: str) -> list[str]:
+    import ipaddress
+
+    values = [h.strip().lower().strip("[]") for h in env.list(variable, default=[]) if h.strip()]
+    for value in values:
+        name = value[2:] if value.startswith("*.") else value
+        if ":" in name:  # only an IPv6 address may hold one (no ports: the pattern is the host alone)
+            try:
+                ipaddress.IPv6Address(name)
+            except ValueError:
+                name = ""
+        if value != "*" and (not name or any(c in name for c in "*/ @")):
+            raise ImproperlyConfigured(f"{variable}: {value!r} is not a host name or address, *.domain or *.")
+    return values
+
+
+def _networks(variable: str) -> list[str]:
+    import ipaddress
+
+    values = [n.strip() for n in env.list(variable, default=[]) if n.strip()]
+    for value in values:
+        try:
+            ipaddress.ip_network(value, strict=False)
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{variable}: {exc}") from None
+    return values
+
+
+# A tenant's own endpoint (settings llm_base_url) is called with the tenant's llm_api_key or no key, never
+# LLM_API_KEY, and only when its host is listed here: names, *.example.com (its subdomains) or * (any host).
+# Empty (the default): tenants cannot name an endpoint; their calls take the offline path, reported. Every
+# address the host resolves to must then be public, or inside MNEMO_TENANT_LLM_PRIVATE_NETWORKS (CIDRs, e.g.
+# an in-cluster vLLM), checked on the connection itself (providers/egress.py).
+MNEMO_TENANT_LLM_HOSTS = _host_patterns("MNEMO_TENANT_LLM_HOSTS")
+MNEMO_TENANT_LLM_PRIVATE_NETWORKS = _networks("MNEMO_TENANT_LLM_PRIVATE_NETWORKS")
+
 # Embeddings for archival memory: auto = the OpenAI-compatible endpoint when MNEMO_EMBEDDINGS_OPENAI_MODEL is
 # set (with LLM_API_KEY/LLM_BASE_URL), else the local MiniLM when installed, else lexical only.
 MNEMO_EMBEDDINGS = env_str("MNEMO_EMBEDDINGS", "auto")
@@ -321,6 +389,15 @@ if MNEMO_EMBEDDINGS not in ("auto", "local", "openai", "none"):
     raise ImproperlyConfigured("MNEMO_EMBEDDINGS must be auto, local, openai or none.")
 MNEMO_EMBEDDINGS_OPENAI_MODEL = env_str("MNEMO_EMBEDDINGS_OPENAI_MODEL")
 MNEMO_EMBEDDINGS_MODEL_PATH = env_str("MNEMO_EMBEDDINGS_MODEL_PATH")
+# CPU threads one embedding call may use (a Celery worker with concurrency 1 on a dedicated host: its cores).
+MNEMO_EMBEDDINGS_THREADS = env_int("MNEMO_EMBEDDINGS_THREADS", 1, minimum=1)
+# Message vectors are computed in the background after every append (off: only manage.py embeddings_backfill).
+MNEMO_EMBED_ON_APPEND = env_bool("MNEMO_EMBED_ON_APPEND", default=True)
+# Without a broker (eager Celery), tasks a request queues run on a thread of the server process instead of
+# inside the request (the embedded mode's appends and context calls never wait for them).
+MNEMO_EAGER_TASKS_IN_THREAD = env_bool("MNEMO_EAGER_TASKS_IN_THREAD", default=True)
+# Conversations whose whole-history retrieval index a server process keeps in memory (least recently used go).
+MNEMO_RECALL_INDEX_CONVERSATIONS = env_int("MNEMO_RECALL_INDEX_CONVERSATIONS", 64, minimum=1)
 # B6 (history since the last boundary) may grow to MNEMO_HISTORY_TOKEN_BUDGET (tenant: history_token_budget,
 # capped at 80 % of the model's window). A background compaction is queued at the BACKGROUND share, the
 # request path compacts synchronously at the TRIGGER share (or when the prompt would not fit); a compaction
@@ -361,11 +438,27 @@ MNEMO_COMPACTION_CATCHUP_LOOKBACK_SECONDS = env_int(
 )
 MNEMO_COMPACTION_CATCHUP_LIMIT = env_int("MNEMO_COMPACTION_CATCHUP_LIMIT", 500, minimum=1)
 
+# GET /metrics (config/ops.py) answers callers from these networks (CIDRs, comma-separated; default loopback)
+# and, when MNEMO_METRICS_TOKEN is set, only with `Authorization: Bearer <token>`.
+try:
+    MNEMO_METRICS_ALLOWED_NETWORKS = [
+        ipaddress.ip_network(n.strip(), strict=False)
+        for n in (env_str("MNEMO_METRICS_ALLOWED_NETWORKS") or "127.0.0.0/8,::1/128").split(",")
+        if n.strip()
+    ]
+except ValueError as exc:
+    raise ImproperlyConfigured(f"MNEMO_METRICS_ALLOWED_NETWORKS: {exc}") from None
+MNEMO_METRICS_TOKEN = env_str("MNEMO_METRICS_TOKEN")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # API keys in a logged URL (a socket's ?api_key=) or header are masked (config/log_redaction.py).
+    "filters": {"redact_secrets": {"()": "config.log_redaction.RedactSecrets"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact_secrets"]}
+    },
     "root": {"handlers": ["console"], "level": env_str("MNEMO_LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }

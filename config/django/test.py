@@ -9,3 +9,6 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
 MEDIA_ROOT = Path(tempfile.mkdtemp(prefix="mnemo-test-blobs-"))
 LOGGING["root"]["level"] = "WARNING"  # noqa: F405
+# Eager tasks run inline, so a test sees their effect; message vectors only where a test asks for them.
+MNEMO_EAGER_TASKS_IN_THREAD = False
+MNEMO_EMBED_ON_APPEND = False

@@ -24,6 +24,7 @@ from django.utils import timezone
 from conversations.events import event_publish
 from conversations.models import Conversation, Message
 from conversations.services import compaction_records_append
+from providers.background import task_send
 from providers.summariser import SourceMessage
 from providers.tokens import count_text
 from summaries.conf import CompactionConfig, compaction_config
@@ -663,7 +664,7 @@ def compaction_request(
         from summaries.tasks import compact_conversation
 
         try:
-            compact_conversation.delay(conversation_id, trigger, history_budget)
+            task_send(compact_conversation, conversation_id, trigger, history_budget)
         except Exception:
             # The broker is down: let the next trigger try again instead of waiting for the flag to go stale.
             CompactionState.objects.filter(pk=conversation_id, queued_at=now).update(queued_at=None)

@@ -59,7 +59,8 @@ EXPECTED_SYSTEM = "\n\n".join(
 )
 EXPECTED_USER = "\n\n".join(
     [
-        section("## Retrieved context", "docs/deploy.md: run make release.", "Earlier: staging was green."),
+        # Memories first, then the rest (DESIGN.md, Retrieval), whatever their scores.
+        section("## Retrieved context", "Earlier: staging was green.", "docs/deploy.md: run make release."),
         section("## Task state", '{"step": "tag", "version": "2.4.0"}'),
         section("## Session profile", "Locale: de-DE; timezone Europe/Berlin."),
         section("## Memory updates", "Alice now prefers email."),
@@ -100,7 +101,7 @@ def test_system_is_b1_b2a_b4_and_the_current_message_carries_the_per_request_blo
     assert openai["blocks"]["B1"]["items"] == [{"kind": "agent_profile", "id": str(profile.id), "version": 1}]
     assert [i["label"] for i in openai["blocks"]["B2a"]["items"]] == ["persona", "preferences"]
     assert [i["id"] for i in openai["blocks"]["B4"]["items"]] == [1, 2]
-    assert [i["id"] for i in openai["blocks"]["B5"]["items"]] == ["c1", "a1"]
+    assert [i["id"] for i in openai["blocks"]["B5"]["items"]] == ["a1", "c1"]
     assert openai["blocks"]["attachments"]["items"][0]["priority"] == "P0"
 
     anthropic = context(owner, conversation, **body, format="anthropic")
@@ -160,6 +161,33 @@ def test_retrieved_items_already_in_the_history_are_left_out(owner, conversation
         "## Retrieved context\nrunbook: restart with systemctl.\n\n"
     )
     assert body["dropped"] == []
+
+
+def test_retrieved_context_shows_memories_first_then_messages_in_the_order_they_were_said(
+    owner, conversation, profile, monkeypatch
+):
+    all_blocks(
+        monkeypatch,
+        b5=[
+            item("[#7] The deploy went out at 14:00.", kind="message", id="m7", seq=7, score=0.9),
+            item("Alice prefers blue-green deploys.", kind="archival", id="a1", score=0.2),
+            item("[#3] We froze the release branch.", kind="message", id="m3", seq=3, score=0.5),
+            item("Release owner: Alice.", kind="archival", id="a2", score=0.7),
+        ],
+    )
+    body = context(owner, conversation, user_message="When did the release go out?")
+    # Placed best first, then sorted for reading: the memories (best first, as placed), then the messages
+    # by seq.
+    assert [i["id"] for i in body["blocks"]["B5"]["items"]] == ["a2", "a1", "m3", "m7"]
+    assert body["messages"][-1]["content"].startswith(
+        section(
+            "## Retrieved context",
+            "Release owner: Alice.",
+            "Alice prefers blue-green deploys.",
+            "[#3] We froze the release branch.",
+            "[#7] The deploy went out at 14:00.",
+        )
+    )
 
 
 def test_history_starts_after_the_last_compaction_boundary(owner, conversation, profile):

@@ -4,10 +4,12 @@ the conversation's row lock."""
 
 import threading
 import time
+from datetime import UTC, datetime
 
 import pytest
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from conversations import services
 from conversations.models import Conversation, Message
@@ -63,6 +65,23 @@ def test_it_writes_what_the_locked_path_writes(conversation, monkeypatch):
     assert (fast_row.seq, slow_row.seq) == (1, 2)
     assert _row(fast.message) == _row(fast_row)  # the returned object is what was stored
     assert fast.message.created_at == fast_row.created_at
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_clients_created_at_rides_in_the_same_one_statement(conversation, monkeypatch):
+    dated = datetime(2024, 3, 15, 8, 30, tzinfo=UTC)
+    before = timezone.now()
+    with CaptureQueriesContext(connection) as queries:
+        [fast] = _append(conversation, key="fast", created_at=dated)
+    assert len(queries.captured_queries) == 1
+    monkeypatch.setattr(services, "_fits_one_statement", lambda row: False)
+    [slow] = _append(conversation, key="slow", created_at=dated)
+
+    stored = [Message.objects.get(pk=r.message.pk) for r in (fast, slow)]
+    assert [m.created_at for m in stored] == [dated, dated]
+    assert fast.message.created_at == dated
+    # The conversation changed now, not at the message's date.
+    assert Conversation.objects.get(pk=conversation.pk).updated_at >= before
 
 
 @pytest.mark.django_db

@@ -51,11 +51,23 @@ def run(scenario: Callable[[], Awaitable[None]]) -> None:
     async_to_sync(main)()
 
 
-def socket_to(conversation_id: Any, *, key: str | None = None, header: str | None = None, query: str = ""):
+def socket_to(
+    conversation_id: Any,
+    *,
+    key: str | None = None,
+    header: str | None = None,
+    query: str = "",
+    subprotocols: list[str] | None = None,
+):
     if key is not None:
         header = f"Bearer {key}"
     headers = [(b"authorization", header.encode())] if header is not None else []
-    return WebsocketCommunicator(application, f"/ws/conversations/{conversation_id}/{query}", headers=headers)
+    return WebsocketCommunicator(
+        application,
+        f"/ws/conversations/{conversation_id}/{query}",
+        headers=headers,
+        subprotocols=subprotocols,
+    )
 
 
 @asynccontextmanager
@@ -69,12 +81,16 @@ async def open_socket(conversation_id: Any, **credentials: str) -> AsyncIterator
         await socket.disconnect()
 
 
-async def refusal_code(conversation_id: Any, **credentials: str) -> int | None:
+async def refusal_code(conversation_id: Any, **credentials: Any) -> int | None:
+    """The close code of a refused socket. It is refused after the handshake: a close before it reaches a
+    real client as a bare HTTP 403 without the code (test_websocket_server.py checks with a real server)."""
     socket = socket_to(conversation_id, **credentials)
-    connected, code = await socket.connect()
+    connected, _ = await socket.connect()
+    assert connected, "refused before the handshake: a client would see HTTP 403, not the close code"
+    closed = await socket.receive_output(timeout=EVENT_TIMEOUT)
     await socket.disconnect()
-    assert not connected
-    return code
+    assert closed["type"] == "websocket.close"
+    return closed["code"]
 
 
 async def api(client, method: str, path: str, data: Any = None, *, expect: int) -> dict:
@@ -116,10 +132,43 @@ def test_owner_connects_with_a_header_or_a_query_key(owner, conversation):
     run(scenario)
 
 
+def test_owner_connects_with_the_subprotocol_token_and_the_answer_never_echoes_it(owner, conversation):
+    async def scenario():
+        socket = socket_to(conversation.id, subprotocols=["mnemo", f"mnemo.bearer.{owner.raw_key}"])
+        connected, subprotocol = await socket.connect()
+        assert (connected, subprotocol) == (True, "mnemo")
+        try:
+            await append(owner, conversation, "by subprotocol")
+            assert (await next_event(socket))["data"]["content"] == "by subprotocol"
+        finally:
+            await socket.disconnect()
+
+    run(scenario)
+
+
+def test_unknown_socket_paths_are_closed_with_4404(owner):
+    async def scenario():
+        socket = WebsocketCommunicator(
+            application, "/ws/nothing-here/", headers=[(b"authorization", f"Bearer {owner.raw_key}".encode())]
+        )
+        assert (await socket.connect())[0]
+        assert await socket.receive_output(timeout=EVENT_TIMEOUT) == {
+            "type": "websocket.close",
+            "code": CLOSE_NOT_FOUND,
+        }
+        await socket.disconnect()
+
+    run(scenario)
+
+
 @pytest.mark.parametrize(
     "credentials",
     [
         pytest.param({}, id="no-key"),
+        pytest.param({"subprotocols": ["mnemo", "mnemo.bearer.not-a-key"]}, id="malformed-subprotocol-key"),
+        pytest.param(
+            {"subprotocols": ["mnemo", f"mnemo.bearer.{UNKNOWN_KEY}"]}, id="unknown-subprotocol-key"
+        ),
         pytest.param({"header": "Basic dXNlcjpwdw=="}, id="not-bearer"),
         pytest.param({"header": "Bearer "}, id="empty-bearer"),
         pytest.param({"key": "not-a-key"}, id="malformed-key"),
@@ -165,7 +214,11 @@ def test_outsider_socket_on_the_owners_conversation_is_closed_and_hears_nothing(
 ):
     async def scenario():
         intruder = socket_to(conversation.id, key=outsider.raw_key)
-        assert await intruder.connect() == (False, CLOSE_NOT_FOUND)
+        assert (await intruder.connect())[0]
+        assert await intruder.receive_output(timeout=EVENT_TIMEOUT) == {
+            "type": "websocket.close",
+            "code": CLOSE_NOT_FOUND,
+        }
         async with open_socket(conversation.id, key=owner.raw_key) as socket:
             await append(owner, conversation, "private")
             assert (await next_event(socket))["type"] == "message.appended"

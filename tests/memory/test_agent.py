@@ -36,7 +36,8 @@ def test_rules_remember_names_preferences_decisions_and_facts(owner, conversatio
         "fact",
     ]
     blocks = {b.label: b.value for b in CoreMemoryBlock.objects.all()}
-    assert blocks == {"profile": "Name: Ali", "preferences": "I prefer answers in German"}
+    # A preference is kept verbatim with the #seq of its message (tests/memory/test_instructions.py).
+    assert blocks == {"profile": "Name: Ali", "preferences": "#1 I prefer answers in German."}
     kinds = dict(ArchivalMemory.objects.values_list("content", "kind"))
     assert kinds == {
         "I prefer answers in German": "preference",

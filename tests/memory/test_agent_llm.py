@@ -101,7 +101,7 @@ def test_each_tool_executes_through_the_services_and_is_logged_with_the_model(
     assert '<block label="preferences" chars="0" limit="2000">' in prompt
     assert "#1 user: Actually it's Alice." in prompt and "#2 assistant: Noted, Alice." in prompt
     labels = body["tools"][0]["function"]["parameters"]["properties"]["label"]["enum"]
-    assert labels == ["preferences", "profile"]
+    assert labels == ["preferences", "instructions", "profile"]
     # The tokens count against the tenant's monthly budget for background work.
     usage = LlmUsage.objects.get(tenant=conversation.tenant, purpose="memory_agent")
     assert (usage.calls, usage.prompt_tokens + usage.completion_tokens) == (1, 150)
@@ -310,7 +310,7 @@ def test_a_timeout_in_a_later_round_discards_the_whole_llm_plan(conversation, ll
     assert run.mode == "rules_fallback"
     assert "[llm_timeout]" in run.degradations[-1]["message"]
     # Round one's append was planned, never applied: the rules wrote their own line instead.
-    assert block("preferences").value == "I prefer tea"
+    assert block("preferences").value == "#1 I prefer tea."
     assert set(agent_ops().values_list("actor_name", flat=True)) == {"rules"}
 
 

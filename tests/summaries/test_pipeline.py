@@ -1,15 +1,24 @@
-"""Compaction in the context pipeline: B4 from the live segments, B6 from the last boundary, a background
-compaction queued at 60 % of the history budget, a synchronous one at 80 %, and a system message that only
-ever grows by whole segments between boundaries."""
+"""Compaction in the context pipeline: B4 from the live segments, B6 from the last boundary, and no compaction
+inside the request. When the history since the boundary passes the background share of the history budget
+(the tenant's, or the history's share of the requested budget, at least MIN_COMPACTION_HISTORY_TOKENS, when
+that is smaller), the request queues a background compaction and answers with what exists (the window cut
+keeps the prompt within its budget meanwhile); the next call shows the new segment. The system message only
+ever grows by whole segments between boundaries.
+
+In these tests Celery is eager: a queued compaction runs when the request's transaction commits, which the
+test database only does inside django_capture_on_commit_callbacks(execute=True)."""
 
 import pytest
 
-from context.pipeline import ContextRequest, context_assemble
+from context.pipeline import MIN_COMPACTION_HISTORY_TOKENS, STAGES, ContextRequest, context_assemble
 from conversations.models import Message
+from summaries.conf import compaction_config
 from summaries.locks import compaction_lock
 from summaries.models import CompactionState
 from summaries.selectors import segment_prompt_text, segments_live
 from summaries.services import compaction_run
+from summaries.tasks import compact_conversation
+from tests.context.helpers import exchanges
 from tests.summaries.helpers import b6_tokens, budgets, context, history
 
 pytestmark = pytest.mark.django_db
@@ -24,10 +33,18 @@ def small_budget(owner, conversation):
     return conversation
 
 
-def grow_to(conversation, share: float, *, start: int = 0) -> int:
+@pytest.fixture
+def queued(monkeypatch):
+    """The compaction tasks the requests queue, held instead of run: (conversation id, trigger, budget)."""
+    sent: list[tuple] = []
+    monkeypatch.setattr(compact_conversation, "apply_async", lambda args, *_, **__: sent.append(tuple(args)))
+    return sent
+
+
+def grow_to(conversation, share: float, *, start: int = 0, after_seq: int = 0) -> int:
     """Append exchanges until B6 holds at least `share` of the history budget; returns the next index."""
     n = start
-    while b6_tokens(conversation, 0) < share * HISTORY_BUDGET:
+    while b6_tokens(conversation, after_seq) < share * HISTORY_BUDGET:
         history(conversation, 1, start=n)
         n += 1
     return n
@@ -35,6 +52,11 @@ def grow_to(conversation, share: float, *, start: int = 0) -> int:
 
 def boundaries(conversation) -> int:
     return Message.objects.filter(conversation=conversation, kind="compact_boundary").count()
+
+
+def queued_at(conversation):
+    state = CompactionState.objects.filter(pk=conversation.pk).first()
+    return state and state.queued_at
 
 
 def test_below_the_background_share_nothing_happens(owner, small_budget):
@@ -54,7 +76,7 @@ def test_at_60_percent_a_background_compaction_is_queued_and_runs_after_the_requ
         body = context(owner, small_budget)
     # The request itself was not blocked: its prompt still holds the whole history.
     assert "B4" not in body["blocks"]
-    assert [d for d in body["dropped"] if d.get("reason") == "compacted"] == []
+    assert body["dropped"] == []
     assert [c.__name__ for c in callbacks].count("send") == 1  # one task queued
     # Eager Celery ran the queued task when the request committed.
     assert boundaries(small_budget) == 1
@@ -63,17 +85,83 @@ def test_at_60_percent_a_background_compaction_is_queued_and_runs_after_the_requ
     assert "B4" in after["blocks"]
 
 
-def test_at_80_percent_the_request_compacts_synchronously(owner, small_budget):
-    grow_to(small_budget, 0.8)
-    body = context(owner, small_budget)
-    (compacted,) = [d for d in body["dropped"] if d.get("reason") == "compacted"]
+def test_past_the_trigger_share_the_request_still_only_queues_and_the_next_call_shows_the_segment(
+    owner, small_budget, django_capture_on_commit_callbacks
+):
+    grow_to(small_budget, 0.8)  # where the request path used to compact synchronously
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        body = context(owner, small_budget)
+    # The request answered with what existed: the whole history, no summary, nothing compacted in it.
+    assert "B4" not in body["blocks"]
+    assert body["window"]["boundary_seq"] == 0
+    assert body["dropped"] == []
+    assert [c.__name__ for c in callbacks].count("send") == 1
+    # The queued compaction ran once the request had committed; the next call shows its segment.
     (segment,) = segments_live(conversation=small_budget)
-    assert compacted["segment_ids"] == [str(segment.id)]
-    assert body["window"]["boundary_seq"] == segment.end_seq == compacted["to_seq"]
-    assert body["blocks"]["B4"]["items"][0]["id"] == str(segment.id)
-    assert all(item["seq"] > segment.end_seq for item in body["blocks"]["B6"]["items"])
-    assert "offline_summariser" in [d["code"] for d in body["degradations"]]
-    assert segment_prompt_text(segment) in body["messages"][0]["content"]
+    assert segment.source == "extractive"  # no LLM configured: the offline summariser served
+    after = context(owner, small_budget)
+    assert after["window"]["boundary_seq"] == segment.end_seq
+    assert [i["id"] for i in after["blocks"]["B4"]["items"]] == [str(segment.id)]
+    assert all(item["seq"] > segment.end_seq for item in after["blocks"]["B6"]["items"])
+    assert segment_prompt_text(segment) in after["messages"][0]["content"]
+
+
+def test_no_compaction_runs_inside_the_request_even_far_over_the_allowance(
+    owner, small_budget, queued, django_capture_on_commit_callbacks
+):
+    grow_to(small_budget, 0.9)  # past the tenant's trigger share, and far over a 400-token prompt's history
+    budget = 400
+
+    with django_capture_on_commit_callbacks(execute=True):  # the request commits: what it queued is sent
+        body = context(owner, small_budget, token_budget=budget)
+
+    # Nothing was summarised while the request ran: no boundary, no segment, no stage but the pipeline's.
+    assert boundaries(small_budget) == 0
+    assert segments_live(conversation=small_budget) == []
+    assert list(body["timings"]) == list(STAGES)
+    assert [d for d in body["dropped"] if d.get("reason") == "compacted"] == []
+    assert body["window"]["boundary_seq"] == 0
+    # The window cut (prompt only) keeps the prompt within its budget meanwhile.
+    assert [d["reason"] for d in body["dropped"] if d["block"] == "B6"] == ["budget"]
+    assert body["tokens"]["total"] <= budget
+    assert body["degradations"] == []
+    # One compaction was queued, sized by the tenant's history budget (it is under the floor the request's
+    # history allowance is raised to: MIN_COMPACTION_HISTORY_TOKENS).
+    assert HISTORY_BUDGET < MIN_COMPACTION_HISTORY_TOKENS
+    assert queued == [(str(small_budget.pk), "auto", HISTORY_BUDGET)]
+    assert queued_at(small_budget) is not None
+
+    # The worker runs it; the next call, at the same budget, answers from the new boundary.
+    compact_conversation.apply(args=queued[0])
+    (segment,) = segments_live(conversation=small_budget)
+    after = context(owner, small_budget, token_budget=budget)
+    assert after["window"]["boundary_seq"] == segment.end_seq
+    shown = [i["id"] for i in after["blocks"].get("B4", {}).get("items", [])]
+    given_way = [d["source"]["id"] for d in after["dropped"] if d["block"] == "B4"]
+    assert shown + given_way == [str(segment.id)]  # shown, or listed where its share is too small
+    assert after["tokens"]["total"] <= budget
+
+
+def test_a_small_request_budget_asks_for_compaction_only_past_the_share_of_the_minimum(
+    owner, conversation, queued, django_capture_on_commit_callbacks
+):
+    """At a small budget the window cut and retrieval over the whole history serve better than ever smaller
+    summaries: compaction is asked for at the background share of MIN_COMPACTION_HISTORY_TOKENS, not of the
+    history's small allowance."""
+    cfg = compaction_config(conversation)
+    threshold = int(cfg.background * MIN_COMPACTION_HISTORY_TOKENS)  # 0.6 × 4,000 = 2,400
+    assert cfg.history_budget > MIN_COMPACTION_HISTORY_TOKENS  # the tenant's own budget does not cap it
+    exchanges(conversation, threshold // 200 - 1, tokens=100)  # 2,200 tokens, far over a 1,000 budget's
+    with django_capture_on_commit_callbacks(execute=True):
+        body = context(owner, conversation, user_message="What next?", token_budget=1000)
+    assert [d["block"] for d in body["dropped"]] == ["B6"]  # the window is cut
+    assert queued == []
+    assert queued_at(conversation) is None
+
+    exchanges(conversation, 2, tokens=100)  # 2,600 ≥ 2,400
+    with django_capture_on_commit_callbacks(execute=True):
+        context(owner, conversation, user_message="What next?", token_budget=1000)
+    assert queued == [(str(conversation.pk), "auto", MIN_COMPACTION_HISTORY_TOKENS)]
 
 
 def test_context_after_compaction_is_the_segments_plus_the_messages_after_the_boundary(owner, conversation):
@@ -106,58 +194,95 @@ def test_context_after_compaction_is_the_segments_plus_the_messages_after_the_bo
     assert "Conversation compacted" not in history_texts
 
 
-def test_the_prefix_is_stable_between_compactions_and_b4_only_grows(owner, small_budget):
-    n = grow_to(small_budget, 0.8)
-    first = context(owner, small_budget)  # compacts
+def test_the_prefix_is_stable_between_compactions_and_b4_only_grows(
+    owner, small_budget, django_capture_on_commit_callbacks
+):
+    background = compaction_config(small_budget).background
+    n = grow_to(small_budget, background)
+    with django_capture_on_commit_callbacks(execute=True):
+        context(owner, small_budget)  # queues the first compaction, which runs after it
+    first = context(owner, small_budget)
     second = context(owner, small_budget)
+    assert first["window"]["boundary_seq"] > 0
     assert second["messages"] == first["messages"]
     assert second["prefix"]["hashes"] == first["prefix"]["hashes"]
 
     history(small_budget, 1, start=n)
-    third = context(owner, small_budget)  # below the trigger again: B6 grew, nothing moved
+    third = context(owner, small_budget)  # below the background share again: B6 grew, nothing moved
+    assert third["window"] == first["window"]
     assert third["messages"][0] == first["messages"][0]
     assert third["messages"][: len(first["messages"]) - 1] == first["messages"][:-1]
 
-    grow_to_next = n + 1
-    while b6_tokens(small_budget, third["window"]["boundary_seq"]) < 0.8 * HISTORY_BUDGET:
-        history(small_budget, 1, start=grow_to_next)
-        grow_to_next += 1
-    fourth = context(owner, small_budget)  # the second compaction appends a segment
+    grow_to(small_budget, background, start=n + 1, after_seq=third["window"]["boundary_seq"])
+    with django_capture_on_commit_callbacks(execute=True):
+        context(owner, small_budget)  # queues the second compaction
+    fourth = context(owner, small_budget)  # which appended a segment
     assert fourth["window"]["boundary_seq"] > third["window"]["boundary_seq"]
     assert fourth["messages"][0]["content"].startswith(first["messages"][0]["content"] + "\n\n[Messages ")
 
 
-def test_a_dry_run_never_compacts(small_budget):
+def test_a_dry_run_never_compacts_nor_queues(small_budget, queued):
     grow_to(small_budget, 0.9)
     state = context_assemble(
         conversation=small_budget, request=ContextRequest(user_message="hi", record=False)
     )
     assert state.layout.b4 == []
     assert boundaries(small_budget) == 0
+    assert queued == []
+    assert queued_at(small_budget) is None
 
 
-def test_when_a_background_run_holds_the_lock_an_over_budget_prompt_is_cut_instead(owner, small_budget):
+def test_a_background_run_holding_the_lock_neither_blocks_nor_degrades_the_request(
+    owner, small_budget, django_capture_on_commit_callbacks
+):
     grow_to(small_budget, 0.85)
-    with compaction_lock(small_budget.pk, ttl=60):
+    with (
+        compaction_lock(small_budget.pk, ttl=60),
+        django_capture_on_commit_callbacks(execute=True) as callbacks,
+    ):
         body = context(owner, small_budget, token_budget=400)
-    assert "compaction_busy" in [d["code"] for d in body["degradations"]]
+    # The request never takes the lock: it answers with the window cut, and nothing is degraded.
+    assert body["degradations"] == []
     assert [d["reason"] for d in body["dropped"] if d["block"] == "B6"] == ["budget"]
+    assert body["tokens"]["total"] <= 400
+    # The queued task found the lock held and left the work to the run holding it: no failure, no boundary.
+    assert [c.__name__ for c in callbacks].count("send") == 1
+    state = CompactionState.objects.get(pk=small_budget.pk)
+    assert (state.failures, state.queued_at) == (0, None)
     assert boundaries(small_budget) == 0
 
 
-def test_a_failed_compaction_on_the_request_path_degrades_and_is_recorded(owner, small_budget, monkeypatch):
+def test_a_failed_background_compaction_is_recorded_and_the_next_call_still_answers(
+    owner, small_budget, monkeypatch, django_capture_on_commit_callbacks
+):
     from summaries.services import compaction as compaction_module
+
+    events: list[str] = []
+    real_publish = compaction_module.event_publish
+
+    def publish(**kwargs):
+        events.append(kwargs["event"])
+        real_publish(**kwargs)
 
     def broken(**kwargs):
         raise RuntimeError("disk full")
 
+    monkeypatch.setattr(compaction_module, "event_publish", publish)
     monkeypatch.setattr(compaction_module, "compaction_records_append", broken)
     grow_to(small_budget, 0.85)
-    body = context(owner, small_budget, token_budget=400)
-    assert "compaction_failed" in [d["code"] for d in body["degradations"]]
-    assert [d["reason"] for d in body["dropped"] if d["block"] == "B6"] == [
-        "budget"
-    ]  # the window cut instead
+    with django_capture_on_commit_callbacks(execute=True):
+        body = context(owner, small_budget, token_budget=400)
+    # The request did not compact, so it did not fail: it answered with the window cut.
+    assert body["degradations"] == []
+    assert [d["reason"] for d in body["dropped"] if d["block"] == "B6"] == ["budget"]
+    # The background run that failed after it is counted and published.
     state = CompactionState.objects.get(pk=small_budget.pk)
     assert state.failures == 1 and "disk full" in state.last_error
+    assert events[-1] == "compaction.failed"
     assert boundaries(small_budget) == 0
+
+    after = context(owner, small_budget, token_budget=400)
+    assert after["window"]["boundary_seq"] == 0
+    assert after["window"]["window_start_seq"] == body["window"]["window_start_seq"] > 0
+    assert after["blocks"]["B6"]["from_seq"] > after["window"]["window_start_seq"]
+    assert after["tokens"]["total"] <= 400

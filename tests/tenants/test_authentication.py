@@ -109,3 +109,43 @@ def test_tenant_changes_reach_cached_keys(owner):
     owner.tenant.settings = {"default_model": "gpt-4.1"}
     owner.tenant.save()
     assert owner.client.post(URL, {}, format="json").json()["model"] == "gpt-4.1"
+
+
+def test_a_key_cached_again_before_a_change_commits_is_dropped_when_it_commits(
+    owner, django_capture_on_commit_callbacks
+):
+    """The admin saves inside a transaction. Until it commits, other connections still read the old row, and
+    a request that authenticates meanwhile caches it again: the change must still reach the next request."""
+    from django.core.cache import cache
+
+    from tenants.selectors import api_key_cache_key, api_key_resolve
+
+    owner.client.get(URL)
+    before = api_key_resolve(raw_key=owner.raw_key)  # as another connection reads it before the commit
+    with django_capture_on_commit_callbacks(execute=True):
+        owner.tenant.settings = {"default_model": "gpt-4.1"}
+        owner.tenant.save()
+        cache.set(api_key_cache_key(before.prefix), before, 300)  # that request caches the old row
+    assert owner.client.post(URL, {}, format="json").json()["model"] == "gpt-4.1"
+
+    key = ApiKey.objects.get(tenant=owner.tenant)
+    with django_capture_on_commit_callbacks(execute=True):
+        api_key_revoke(api_key=key)
+        cache.set(api_key_cache_key(before.prefix), before, 300)
+    assert owner.client.get(URL).status_code == 401
+
+
+def test_recording_a_keys_use_does_not_bring_back_settings_changed_meanwhile(owner, settings):
+    """A request read the key (and its tenant), then the operator changed the tenant's settings, then the
+    request records the key's use: that must not write the request's old copy back into the cache."""
+    from tenants.authentication import api_key_touch
+    from tenants.selectors import api_key_resolve
+
+    settings.MNEMO_API_KEY_TOUCH_SECONDS = 60
+    owner.client.get(URL)
+    in_flight = api_key_resolve(raw_key=owner.raw_key)
+    in_flight.last_used_at = timezone.now() - timedelta(minutes=5)  # due for a touch
+    owner.tenant.settings = {"default_model": "gpt-4.1"}
+    owner.tenant.save()
+    api_key_touch(in_flight)
+    assert owner.client.post(URL, {}, format="json").json()["model"] == "gpt-4.1"

@@ -1,0 +1,224 @@
+"""B5 candidates: what the question finds in the end user's archival memories, in the whole history of this
+conversation (memory.history_index: BM25 and local vectors over every passage, fused with RRF) and in the
+user's other conversations. Each hit becomes an Item the budget stage can place: a whole message (or, for a
+long one, its best passage) labelled with its seq, date and role, scored so the budget keeps the best and a
+client can tell a weak hit from a strong one."""
+
+import re
+from datetime import datetime
+from typing import Any
+
+from context.state import ContextState
+from conversations.embedding import message_vectors_request
+from conversations.models import Message
+from memory.archival import archival_search
+from memory.history_index import PassageHit, conversation_index, search
+from memory.recall import recall_messages
+from memory.selectors import archival_exists
+from prefix_cache.accounting import count_cached
+from prefix_cache.rendering import Item
+from providers.embeddings import embed_query
+
+# Hits of this conversation considered per question (the budget takes what fits, best first).
+MESSAGE_CANDIDATES = 60
+ARCHIVAL_CANDIDATES = 8
+OTHER_CONVERSATION_CANDIDATES = 8
+# A hit's relevance is the larger of its cosine similarity to the question and the share of the question's
+# (IDF-weighted) words it holds; below this it is not worth prompt tokens.
+MIN_RELEVANCE = 0.15
+# Said with "I", "my", "me": the user's own messages are what the question is about.
+SELF_REFERENCE = frozenset({"i", "my", "me", "mine", "i'm", "i've", "i'd", "myself"})
+USER_PRIOR = 2.5
+# Hits are placed by score / tokens ** COST_EXPONENT (0: by score alone; 1: by score per token).
+COST_EXPONENT = 0.5
+# Questions about the whole history rather than one fact in it.
+BROAD_QUESTION = re.compile(
+    r"\b(?:summar\w*|overview|recap|timeline|chronolog\w*|in (?:what|which) order|order in which|"
+    r"throughout|across (?:our|all|the|my)|over (?:time|the course)|so far|progress(?:ed|ion)?|evolv\w*|"
+    r"all the (?:times|ways|things|steps)|every time|each time|how has|how have|how did .* change)\b",
+    re.IGNORECASE,
+)
+# Without dates that tell sessions apart, a broad question's hits are spread over this many stretches.
+SEQ_SESSIONS = 6
+
+
+def date_label(created_at: datetime) -> str:
+    if (created_at.hour, created_at.minute, created_at.second) == (0, 0, 0):
+        return created_at.strftime("%Y-%m-%d")
+    return created_at.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def relevance(hit: PassageHit) -> float:
+    """How well a hit answers, on an absolute scale a client can read (0 to 1): the larger of its cosine
+    similarity to the question and the share of the question's weighted words it holds."""
+    return max(hit.similarity, hit.lexical)
+
+
+def _query_vector(state: ContextState, query: str) -> Any:
+    vector, reason = embed_query(query)
+    if vector is None:
+        state.degrade("retrieve", "embeddings_unavailable", f"Lexical search only: {reason}")
+    return vector
+
+
+def _message_items(
+    state: ContextState, hits: list[PassageHit], *, user_prior: float, limit: int
+) -> list[Item]:
+    """One item per message (the best `limit` messages): the whole message when it is one passage, else
+    its best passage."""
+
+    def weighted(hit: PassageHit) -> float:
+        return hit.score * (user_prior if hit.message.role == Message.Role.USER else 1.0)
+
+    best: dict[str, PassageHit] = {}
+    for hit in sorted(hits, key=lambda h: -weighted(h)):
+        if hit.message.id not in best:
+            best[hit.message.id] = hit
+            if len(best) == limit:
+                break
+    rows = Message.objects.filter(pk__in=list(best)).values_list("id", "content")
+    contents = {str(pk): content for pk, content in rows}
+    items = []
+    for hit in best.values():
+        message = hit.message
+        content = contents.get(message.id, "")
+        whole = len(message.passages) == 1
+        text = content if whole else content[hit.start : hit.end]
+        role = message.role if whole else f"{message.role}, excerpt"
+        label = f"[#{message.seq} · {date_label(message.created_at)} · {role}]"
+        body = f"{label} {text.strip()}"
+        score = weighted(hit)
+        source = {
+            "kind": "message",
+            "id": message.id,
+            "seq": message.seq,
+            "created_at": message.created_at.isoformat(),
+            "score": round(relevance(hit), 4),
+            "rank_score": round(score, 6),
+            "lexical": hit.lexical,
+            "similarity": hit.similarity,
+        }
+        if not whole:
+            source["span"] = [hit.start, hit.end]
+        items.append(
+            Item(text=body, tokens=count_cached(body, model=state.model), source=source, score=score)
+        )
+    return items
+
+
+def _this_conversation(state: ContextState, query: str) -> list[Item]:
+    index = conversation_index(state.conversation.pk)
+    if index.missing_vectors:
+        # Vectors still missing (a server restarted mid-backlog, or appends while vectors were off): have
+        # them computed; while a run is queued this costs one cache operation.
+        message_vectors_request(conversation_id=state.conversation.pk)
+    before = state.history_until if state.history_until is not None else index.indexed_seq
+    hits = search(
+        index,
+        query=query,
+        query_vector=_query_vector(state, query),
+        before_seq=before,
+        limit=3 * MESSAGE_CANDIDATES,
+    )
+    hits = [h for h in hits if relevance(h) >= MIN_RELEVANCE]
+    words = set(query.lower().replace("?", " ").split())
+    prior = USER_PRIOR if words & SELF_REFERENCE else 1.0
+    items = _message_items(state, hits, user_prior=prior, limit=MESSAGE_CANDIDATES)
+    # Placed by value per token: of two hits that match as well, the shorter leaves room for another.
+    items.sort(key=lambda i: -i.score / max(1, i.tokens) ** COST_EXPONENT)
+    return spread_over_sessions(items) if BROAD_QUESTION.search(query) else items
+
+
+def _session_key(item: Item, sessions_by_day: bool, bucket: int) -> str:
+    if sessions_by_day:
+        return str(item.source["created_at"])[:10]
+    return str(int(item.source["seq"]) // bucket)
+
+
+def spread_over_sessions(items: list[Item]) -> list[Item]:
+    """A question about the whole history ("summarise…", "in what order did I…") is answered from every
+    session, not from the few best hits of one: the first hit of each session in turn, sessions in the order
+    of their first hit. A session is a day of the messages' dates (or, when they share one day, a stretch
+    of seqs). The scores stay as they were; the order is the placing order."""
+    if len(items) < 2:
+        return items
+    days = {str(i.source["created_at"])[:10] for i in items}
+    bucket = max(1, (max(int(i.source["seq"]) for i in items) + 1) // SEQ_SESSIONS)
+    sessions: dict[str, list[Item]] = {}
+    for item in items:
+        sessions.setdefault(_session_key(item, len(days) > 1, bucket), []).append(item)
+    spread: list[Item] = []
+    for turn in range(max(len(v) for v in sessions.values())):
+        spread += [group[turn] for group in sessions.values() if turn < len(group)]
+    return spread
+
+
+def _archival(state: ContextState, query: str, expansion: str) -> list[Item]:
+    conversation = state.conversation
+    if conversation.end_user_id is None or not archival_exists(end_user_id=conversation.end_user_id):
+        return []
+    outcome = archival_search(
+        end_user=conversation.end_user, query=query, limit=ARCHIVAL_CANDIDATES, expansion=expansion
+    )
+    for degradation in outcome.degradations:
+        state.degrade("retrieve", degradation["code"], degradation["message"])
+    items = []
+    for hit in outcome.hits:
+        memory = hit.memory
+        text = f"[memory, {memory.kind}] {memory.content}"
+        source = {"kind": "archival", "id": str(memory.id), "score": hit.score}
+        items.append(
+            Item(text=text, tokens=count_cached(text, model=state.model), source=source, score=hit.score)
+        )
+    return items
+
+
+def _other_conversations(state: ContextState, query: str, expansion: str) -> list[Item]:
+    hits = recall_messages(
+        conversation=state.conversation,
+        query=query,
+        before_seq=0,
+        limit=OTHER_CONVERSATION_CANDIDATES,
+        other_conversations=True,
+        expansion=expansion,
+    )
+    items = []
+    for hit in hits:
+        text = f'[conversation "{hit.conversation_title}", message #{hit.seq}, {hit.role}] {hit.excerpt}'
+        source = {
+            "kind": "message",
+            "id": hit.id,
+            "seq": hit.seq,
+            "conversation_id": hit.conversation_id,
+            "score": hit.score,
+        }
+        items.append(
+            Item(text=text, tokens=count_cached(text, model=state.model), source=source, score=hit.score)
+        )
+    return items
+
+
+def load_retrieval(state: ContextState) -> None:
+    """The retrieve stage: every candidate for B5, best first, in state.candidates. Memories and other
+    conversations' hits are ranked by their own RRF scores; they interleave with this conversation's by
+    rank, since the scales differ."""
+    rewrite = state.rewrite
+    if rewrite is None:
+        return
+    found = len(state.candidates)
+    # A rules rewrite appends terms of the recent history: they weigh less than the user's own words.
+    expansion = " ".join(rewrite.terms) if rewrite.method == "rules" else ""
+    query = rewrite.query if rewrite.method != "rules" else state.layout.user_message
+    sources = [
+        _this_conversation(state, query),
+        _archival(state, query, expansion),
+        _other_conversations(state, query, expansion),
+    ]
+    ranked: list[tuple[int, int, Item]] = []
+    for order, items in enumerate(sources):
+        ranked += [(rank, order, item) for rank, item in enumerate(sorted(items, key=lambda i: -i.score))]
+    merged = [item for _, _, item in sorted(ranked, key=lambda r: (r[0], r[1]))]
+    top_k = (state.request.retrieval or {}).get("top_k")
+    state.candidates += merged[:top_k] if top_k else merged
+    for item in state.candidates[found:]:
+        item.source["query"] = rewrite.method  # which query found it: the user's words, rules or an LLM

@@ -1,0 +1,68 @@
+"""The context pipeline's request and the one state object its stages pass along (context/pipeline.py,
+context/sources.py, context/retrieval.py all read and write it; none of them imports another for it)."""
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from context.models import ConversationContext
+from conversations.models import Conversation
+from memory.rewrite import Rewrite
+from prefix_cache.rendering import Item, Layout, Rendered
+from providers.degradations import degradation_count
+from providers.model_table import ModelInfo
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ContextRequest:
+    user_message: str
+    token_budget: int | None = None
+    model: str | None = None
+    format: str | None = None
+    attachments: list[dict[str, Any]] = field(default_factory=list)
+    retrieval: dict[str, Any] = field(default_factory=dict)
+    agent_profile_id: uuid.UUID | None = None
+    user_message_id: uuid.UUID | None = None
+    record: bool = True
+
+
+@dataclass
+class ContextState:
+    conversation: Conversation
+    request: ContextRequest
+    model: str
+    info: ModelInfo
+    fmt: str
+    budget: int
+    context: ConversationContext
+    layout: Layout = field(default_factory=Layout)
+    boundary_seq: int = 0
+    history_until: int | None = None  # the history stops here when the question is a stored message
+    history_start: int = 0  # the history is read after this seq (the boundary or the window start)
+    # Set when older history after history_start was not even read because it could not fit: up to this seq.
+    history_unread_to: int | None = None
+    protected_from_seq: int = 0
+    # The tokens B6 may take in this prompt (pipeline.history_allowance), fixed before the history is read.
+    history_allowance: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+    degradations: list[dict[str, Any]] = field(default_factory=list)
+    dropped: list[dict[str, Any]] = field(default_factory=list)
+    rendered: Rendered | None = None
+    tokens: dict[str, Any] = field(default_factory=dict)
+    prefix: dict[str, Any] = field(default_factory=dict)
+    context_id: str | None = None
+    task_state: dict[str, Any] | None = None  # the overlaid task state, for query rewriting
+    rewrite: Rewrite | None = None  # the rewrite stage's outcome (None: no retrieval)
+    # Retrieval hits, best first: the budget stage fills B5 from them with the room the other blocks leave.
+    candidates: list[Item] = field(default_factory=list)
+
+    def degrade(self, stage: str, code: str, message: str) -> None:
+        """A fallback is never silent: logged, counted and reported in the response (once per cause)."""
+        if any(d["stage"] == stage and d["code"] == code for d in self.degradations):
+            return
+        logger.warning("context degradation %s/%s for %s: %s", stage, code, self.conversation.id, message)
+        degradation_count(code)
+        self.degradations.append({"stage": stage, "code": code, "message": message})

@@ -1,0 +1,184 @@
+"""Retrieval vectors of messages, computed after the append has answered: one vector per passage
+(providers.passages) with the local embedding model (providers.embeddings), stored as a MessageVector.
+
+A Celery task does the work (providers.background: a worker with a broker, a thread of the server in the
+embedded mode, so `make run` appends never wait for the model). Every run fills what is missing, oldest first,
+so it is idempotent and resumable whatever stopped the last one; `manage.py embeddings_backfill` runs the same
+fill over existing conversations."""
+
+import hashlib
+import logging
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import transaction
+from django.db.models import CharField, Min
+from django.db.models.functions import Cast
+
+from conversations.models import Conversation, Message, MessageVector
+from providers.background import task_send
+from providers.embeddings import embedder_status, to_bytes
+from providers.passages import passage_spans
+
+logger = logging.getLogger(__name__)
+
+# Messages read per round, and passages per call of the model (long passages in batches of 8 ran twice as
+# fast as in batches of 32 on this machine's CPU: onnxruntime's working set stays in cache).
+FILL_BATCH = 64
+EMBED_BATCH = 8
+# A queued Celery run is marked this long (the run clears the mark when it starts; a lost run is replaced).
+QUEUED_MARK_SECONDS = 300
+
+
+def content_sha256(model: str, content: str) -> str:
+    return hashlib.sha256(f"{model}\x00{content}".encode()).hexdigest()
+
+
+def _next_missing(conversation_id: Any, model: str, *, after: int, size: int) -> tuple[int, list[Any]] | None:
+    """(the seq the next window ends at, its messages without vectors of `model`) for the next `size`
+    messages after seq `after`; None when there are no more."""
+    messages = list(
+        Message.objects.filter(conversation_id=conversation_id, kind=Message.Kind.MESSAGE, seq__gt=after)
+        .order_by("seq")
+        .only("id", "seq", "content", "conversation_id")[:size]
+    )
+    if not messages:
+        return None
+    done = set(
+        MessageVector.objects.filter(message_id__in=[m.pk for m in messages], model=model).values_list(
+            "message_id", flat=True
+        )
+    )
+    return messages[-1].seq, [m for m in messages if m.pk not in done]
+
+
+def _reusable(tenant_id: Any, hashes: list[str]) -> dict[str, MessageVector]:
+    """Vectors this tenant already has for the same text under the same model: one row per text, however
+    often it was said (a greeting repeated ten thousand times is read once)."""
+    firsts = (
+        MessageVector.objects.filter(content_sha256__in=set(hashes), conversation__tenant_id=tenant_id)
+        .order_by()
+        .values("content_sha256")
+        # PostgreSQL has no min() of a uuid: the smallest id as text picks one row per text.
+        .annotate(first=Min(Cast("message_id", CharField())))
+        .values_list("first", flat=True)
+    )
+    rows = MessageVector.objects.filter(message_id__in=[uuid.UUID(pk) for pk in firsts]).only(
+        "content_sha256", "model", "dimension", "spans", "vectors"
+    )
+    return {row.content_sha256: row for row in rows}
+
+
+def _embed_by_length(embedder: Any, texts: list[str]) -> list[Any]:
+    """Vectors in the order of `texts`, computed in batches of similar length: a batch is padded to its
+    longest text, so mixing a one-liner with a long passage would cost the one-liner a long passage's time."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    out: list[Any] = [None] * len(texts)
+    for i in range(0, len(order), EMBED_BATCH):
+        chunk = order[i : i + EMBED_BATCH]
+        for position, vector in zip(chunk, embedder.embed([texts[j] for j in chunk]), strict=True):
+            out[position] = vector
+    return out
+
+
+def _vectors_for(
+    messages: list[Message], *, tenant_id: Any, embedder: Any, known: dict[str, MessageVector]
+) -> list[MessageVector]:
+    """The rows for `messages`; `known` (text hash -> a row with its vectors) is what this run has seen or
+    written, and grows with what it looks up and computes."""
+    hashes = [content_sha256(embedder.name, m.content) for m in messages]
+    known.update(_reusable(tenant_id, [h for h in set(hashes) if h not in known]))
+    spans = {m.pk: passage_spans(m.content) for m in messages}
+    texts = [
+        m.content[a:b]
+        for m, h in zip(messages, hashes, strict=True)
+        if h not in known
+        for a, b in spans[m.pk]
+    ]
+    rows = _embed_by_length(embedder, texts)
+    out, position = [], 0
+    for message, digest in zip(messages, hashes, strict=True):
+        if digest in known:
+            same = known[digest]
+            blob, dimension, message_spans = bytes(same.vectors), same.dimension, same.spans
+        else:
+            count = len(spans[message.pk])
+            blob = b"".join(to_bytes(v) for v in rows[position : position + count])
+            position += count
+            dimension, message_spans = embedder.dimension, [list(s) for s in spans[message.pk]]
+        out.append(
+            MessageVector(
+                message_id=message.pk,
+                conversation_id=message.conversation_id,
+                seq=message.seq,
+                model=embedder.name,
+                dimension=dimension,
+                spans=message_spans,
+                vectors=blob,
+                content_sha256=digest,
+            )
+        )
+    for row in out:  # after the loop: positions in `rows` follow what was unknown when it started
+        known.setdefault(row.content_sha256, row)
+    return out
+
+
+def message_vectors_fill(*, conversation_id: Any, limit: int | None = None) -> int:
+    """Embed the conversation's messages that have no vectors yet (at most `limit`); returns how many were
+    written. Without a model it writes nothing (retrieval stays lexical and says so)."""
+    embedder = embedder_status().embedder
+    conversation = Conversation.objects.filter(pk=conversation_id).only("id", "tenant_id").first()
+    if embedder is None or conversation is None:
+        return 0
+    written, after = 0, 0
+    known: dict[str, MessageVector] = {}
+    while limit is None or written < limit:
+        size = FILL_BATCH if limit is None else min(FILL_BATCH, limit - written)
+        # The next messages after the last batch (a long conversation is read once, along its seq index),
+        # less those that have vectors already.
+        window = _next_missing(conversation.pk, embedder.name, after=after, size=size)
+        if window is None:
+            break
+        after, batch = window
+        if not batch:
+            continue
+        rows = _vectors_for(batch, tenant_id=conversation.tenant_id, embedder=embedder, known=known)
+        with transaction.atomic():
+            # A message deleted meanwhile takes its row's foreign key with it: ignore_conflicts covers a
+            # second worker that wrote the same message first.
+            MessageVector.objects.filter(message_id__in=[m.pk for m in batch]).exclude(
+                model=embedder.name
+            ).delete()
+            MessageVector.objects.bulk_create(rows, ignore_conflicts=True)
+        written += len(batch)
+    return written
+
+
+def retrieval_index_status(conversation: Conversation) -> dict[str, Any]:
+    """What a client can wait on: the conversation's messages and how many have vectors of the current
+    model (`model` is null when there is no model: retrieval is lexical only)."""
+    embedder = embedder_status().embedder
+    messages = Message.objects.filter(conversation=conversation, kind=Message.Kind.MESSAGE).count()
+    embedded = (
+        MessageVector.objects.filter(conversation=conversation, model=embedder.name).count()
+        if embedder
+        else 0
+    )
+    return {"messages": messages, "embedded": embedded, "model": embedder.name if embedder else None}
+
+
+def message_vectors_request(*, conversation_id: Any) -> None:
+    """Called when messages were written (on commit): have their vectors computed in the background. While a
+    run is queued, later appends are left to it (one cache operation each, not a task message each)."""
+    if not settings.MNEMO_EMBED_ON_APPEND or embedder_status().embedder is None:
+        return
+    if cache.add(vectors_queued_key(conversation_id), 1, timeout=QUEUED_MARK_SECONDS):
+        from conversations.tasks import message_vectors_conversation
+
+        task_send(message_vectors_conversation, str(conversation_id))
+
+
+def vectors_queued_key(conversation_id: Any) -> str:
+    return f"mnemo:vectors:queued:{conversation_id}"

@@ -1,0 +1,87 @@
+"""memory.history_index: the in-process whole-history index of a conversation, kept up to date
+incrementally, rebuilt when a cut-off message is completed, dropped with its conversation; passages and
+terms."""
+
+import pytest
+
+from conversations.models import Message
+from memory import history_index
+from memory.history_index import conversation_index, search, terms
+from providers import embeddings
+from providers.passages import PASSAGE_WORDS, WHOLE_MESSAGE_WORDS, passage_spans
+from tests.context.helpers import append
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def lexical_only(settings):
+    settings.MNEMO_EMBEDDINGS = "none"
+    embeddings._build.cache_clear()
+    yield
+    embeddings._build.cache_clear()
+
+
+def test_terms_are_stemmed_without_stopwords_and_split_identifiers():
+    assert terms("The runners were running to get_user_name on KX-4821") == [
+        "runner",
+        "run",
+        "get",
+        "user",
+        "name",
+        "kx",
+        "4821",
+    ]
+    assert "东京" in terms("我在东京")
+
+
+def test_a_long_message_is_cut_into_passages_on_paragraphs():
+    short = " ".join(["word"] * WHOLE_MESSAGE_WORDS)
+    assert passage_spans(short) == [(0, len(short))]
+    paragraphs = "\n\n".join(" ".join([f"p{n}"] * 100) for n in range(4))
+    spans = passage_spans(paragraphs)
+    assert len(spans) == 4
+    assert all(len(paragraphs[a:b].split()) <= PASSAGE_WORDS for a, b in spans)
+    assert " ".join(paragraphs[a:b] for a, b in spans).split() == paragraphs.split()
+
+
+def test_the_index_reads_only_what_was_appended_since(conversation, django_assert_max_num_queries):
+    append(conversation, {"role": "user", "content": "The red kettle is in the attic."})
+    index = conversation_index(conversation.id)
+    assert [m.seq for m in index.messages] == [1]
+    append(conversation, {"role": "user", "content": "The blue kettle is in the shed."})
+    with django_assert_max_num_queries(2):  # the new messages, and (none missing) no vector read
+        index = conversation_index(conversation.id)
+    assert [m.seq for m in index.messages] == [1, 2]
+    [best, *_] = search(index, query="where is the blue kettle", query_vector=None, before_seq=10, limit=5)
+    assert best.message.seq == 2
+    assert 0 < best.lexical <= 1
+
+
+def test_a_cut_off_message_that_is_completed_later_is_indexed_again(conversation):
+    [partial] = append(
+        conversation, {"role": "assistant", "content": "The deploy failed on", "completed": False}
+    )
+    conversation_index(conversation.id)
+    Message.objects.filter(pk=partial.pk).update(
+        content="The deploy failed on the migration step.", completed=True
+    )
+    index = conversation_index(conversation.id)
+    hits = search(index, query="migration step", query_vector=None, before_seq=10, limit=5)
+    assert [h.message.seq for h in hits] == [1]
+
+
+def test_search_leaves_out_what_is_after_before_seq(conversation):
+    append(conversation, {"role": "user", "content": "kettle one"}, {"role": "user", "content": "kettle two"})
+    index = conversation_index(conversation.id)
+    assert [
+        h.message.seq for h in search(index, query="kettle", query_vector=None, before_seq=1, limit=5)
+    ] == [1]
+
+
+def test_a_deleted_conversation_takes_its_index_with_it(conversation):
+    append(conversation, {"role": "user", "content": "kettle"})
+    conversation_index(conversation.id)
+    assert str(conversation.id) in history_index._indexes
+    conversation.delete()
+    assert str(conversation.id) not in history_index._indexes
