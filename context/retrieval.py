@@ -13,7 +13,7 @@ from conversations.embedding import message_vectors_request
 from conversations.models import Message
 from memory.archival import archival_search
 from memory.history_index import PassageHit, conversation_index, search
-from memory.recall import recall_messages
+from memory.recall import recall_other_conversations
 from memory.selectors import archival_exists
 from prefix_cache.accounting import count_cached
 from prefix_cache.rendering import Item
@@ -174,13 +174,8 @@ def _archival(state: ContextState, query: str, expansion: str) -> list[Item]:
 
 
 def _other_conversations(state: ContextState, query: str, expansion: str) -> list[Item]:
-    hits = recall_messages(
-        conversation=state.conversation,
-        query=query,
-        before_seq=0,
-        limit=OTHER_CONVERSATION_CANDIDATES,
-        other_conversations=True,
-        expansion=expansion,
+    hits = recall_other_conversations(
+        conversation=state.conversation, query=query, limit=OTHER_CONVERSATION_CANDIDATES, expansion=expansion
     )
     items = []
     for hit in hits:

@@ -1,6 +1,7 @@
-"""Recall beyond the window: the conversation's own messages up to the last compaction boundary and, for an
-end user's conversation, the messages of the user's other conversations (same tenant), found and ranked by the
-database's full-text index (memory.lexical), re-ranked by BM25, returned with their seq and an excerpt."""
+"""Recall across an end user's conversations: the messages of the user's other conversations in the tenant,
+found and ranked by the database's full-text index (memory.lexical), re-ranked by BM25, returned with their
+seq and the excerpt that matched. The asking conversation's own history is retrieved by
+memory.history_index (whole history, lexical and vector), not here."""
 
 import functools
 import re
@@ -27,10 +28,8 @@ from memory.lexical import (
 )
 
 # Only the query's rarer words select messages (memory.lexical.selective: about RECALL_MATCH_BUDGET matches
-# expected; when even the rarest is common, only as many of the newest seqs as should hold that many
-# matches), the database ranks the newest RECALL_CANDIDATES of those matches (ts_rank_cd / bm25()), and BM25
-# re-ranks its best RECALL_RERANK: the cost of a call stays flat however long the conversation grows
-# (bench/context_latency.py), and a rare word is found however far back it was said.
+# expected); the database ranks their matches (ts_rank_cd / bm25()) and BM25 re-ranks its best RECALL_RERANK,
+# so a rare word is found however far back it was said.
 RECALL_MATCH_BUDGET = 150
 RECALL_CANDIDATES = 150
 RECALL_RERANK = 60
@@ -42,8 +41,7 @@ RECALL_MIN_SCORE = 2.0
 RECALL_EXCERPT_CHARS = 200
 # The best messages by BM25 that are ranked again by their best sentence.
 RECALL_PASSAGE_POOL = 20
-# Without a full-text backend (another database): BM25 over rows that hold a query word, newest first.
-FALLBACK_SCAN_WINDOW = 2_000
+# Without a full-text backend (another database): BM25 over the newest rows that hold a query word.
 FALLBACK_TERMS = 8
 
 
@@ -59,91 +57,36 @@ class RecallHit:
     excerpt: str = ""
 
 
-def recall_messages(
+def recall_other_conversations(
     *,
     conversation: Conversation,
     query: str,
-    before_seq: int,
     limit: int = 3,
     min_score: float = RECALL_MIN_SCORE,
-    other_conversations: bool = False,
     expansion: str = "",
 ) -> list[RecallHit]:
-    """The best `limit` user and assistant messages for the query, best first, none whose BM25 score is below
-    min_score: of this conversation with seq <= before_seq and, with other_conversations, of the end user's
-    other conversations in the tenant (all their messages). `expansion`: words a query rewrite added; they
-    find messages too but weigh less (memory.lexical.EXPANSION_WEIGHT)."""
-    if not query.strip():
+    """The best `limit` user and assistant messages for the query in the end user's other conversations of
+    the tenant (all their messages), best first, none whose BM25 score is below min_score. `expansion`:
+    words a query rewrite added; they find messages too but weigh less (memory.lexical.EXPANSION_WEIGHT)."""
+    if not query.strip() or conversation.end_user_id is None:
         return []
-    full = f"{query} {expansion}".strip()
-    others: dict[Any, tuple[str, int]] = {}
-    if other_conversations and conversation.end_user_id is not None:
-        others = {
-            pk: (title, last_seq)
-            for pk, title, last_seq in Conversation.objects.filter(
-                tenant_id=conversation.tenant_id, end_user_id=conversation.end_user_id
-            )
-            .exclude(pk=conversation.pk)
-            .order_by("-created_at")
-            .values_list("id", "title", "last_seq")[:RECALL_OTHER_CONVERSATIONS]
-        }
-    if before_seq <= 0 and not others:
+    others = _other_conversations(conversation)
+    scope = sum(last_seq for _, last_seq in others.values())
+    if scope <= 0:
         return []
-    kind = backend()
-    shares: dict[str, float] = {}
-    if kind is None:
-        rows = _candidates_scan(conversation, full, before_seq)
-    else:
-        own = search_phrases(query)
-        added = frozenset(p for p in search_phrases(expansion) if p not in own)
-        phrases = own + sorted(added)
-        if not phrases:
-            return []
-        rows = []
-        if before_seq > 0:
-            chosen, atom_shares, density = selective(
-                MESSAGES, phrases, scope_size=before_seq, budget=RECALL_MATCH_BUDGET, secondary=added
-            )
-            after_seq = 0
-            if density * before_seq > RECALL_MATCH_BUDGET:
-                after_seq = before_seq - int(RECALL_MATCH_BUDGET / density)
-            search = _candidates_postgresql if kind == "postgresql" else _candidates_sqlite
-            rows += search(conversation, chosen, after_seq, before_seq)
-            shares = token_shares(full, atom_shares)
-        scope = sum(last_seq for _, last_seq in others.values())
-        if scope > 0:
-            chosen, atom_shares, density = selective(
-                MESSAGES, phrases, scope_size=scope, budget=RECALL_MATCH_BUDGET, secondary=added
-            )
-            # Ranked over all their matches: when even the rarest word would bring many more than the
-            # budget, it is too common to find anything specific there, and they are not searched.
-            if density * scope <= 2 * RECALL_MATCH_BUDGET:
-                search = _others_postgresql if kind == "postgresql" else _others_sqlite
-                rows += search(list(others), chosen)
-            shares = token_shares(full, atom_shares)
+    rows, shares = _matching_rows(list(others), query, expansion, scope)
     if not rows:
         return []
     # The messages searched stand in for the corpus in the IDF: a count would cost a scan.
-    corpus = max(0, before_seq) + sum(last_seq for _, last_seq in others.values())
-    scored = bm25_rank(query, [r[3] for r in rows], corpus_size=corpus, shares=shares, expansion=expansion)
+    scored = bm25_rank(query, [r[3] for r in rows], corpus_size=scope, shares=shares, expansion=expansion)
     pool = [(i, score) for i, score in scored if score >= min_score][:RECALL_PASSAGE_POOL]
-    # A fact is a sentence in a long message: the best messages are ranked again by their best sentence,
-    # which is also the excerpt the hit carries.
-    sentences = [(i, span) for i, _ in pool for span in _sentence_spans(rows[i][3])]
-    texts = [rows[i][3][a:b] for i, (a, b) in sentences]
-    best_sentence: dict[int, tuple[float, tuple[int, int]]] = {}
-    for index, score in bm25_rank(query, texts, corpus_size=corpus, shares=shares, expansion=expansion):
-        i, span = sentences[index]
-        if i not in best_sentence:
-            best_sentence[i] = (score, span)
+    best_sentence = _best_sentences(rows, pool, query, scope, shares, expansion)
     order = sorted(pool, key=lambda item: (-best_sentence.get(item[0], (0.0,))[0], -item[1]))
     ranked = [i for i, _ in order][:limit]
     scores = rrf(ranked)
     hits = []
     for i in ranked:
         pk, seq, role, content, conversation_id = rows[i]
-        other = conversation_id != conversation.pk
-        span = best_sentence.get(i, (0.0, None))[1]
         hits.append(
             RecallHit(
                 str(pk),
@@ -151,12 +94,70 @@ def recall_messages(
                 role,
                 content,
                 round(scores[i], 6),
-                conversation_id=str(conversation_id) if other else "",
-                conversation_title=others.get(conversation_id, ("", 0))[0] if other else "",
-                excerpt=excerpt(content, span),
+                conversation_id=str(conversation_id),
+                conversation_title=others[conversation_id][0],
+                excerpt=excerpt(content, best_sentence.get(i, (0.0, None))[1]),
             )
         )
     return hits
+
+
+def _other_conversations(conversation: Conversation) -> dict[Any, tuple[str, int]]:
+    """The end user's other conversations in the tenant, newest first: id -> (title, last seq)."""
+    return {
+        pk: (title, last_seq)
+        for pk, title, last_seq in Conversation.objects.filter(
+            tenant_id=conversation.tenant_id, end_user_id=conversation.end_user_id
+        )
+        .exclude(pk=conversation.pk)
+        .order_by("-created_at")
+        .values_list("id", "title", "last_seq")[:RECALL_OTHER_CONVERSATIONS]
+    }
+
+
+def _matching_rows(
+    conversations: list[Any], query: str, expansion: str, scope: int
+) -> tuple[list[tuple[Any, ...]], dict[str, float]]:
+    """(id, seq, role, content, conversation id) of the messages the database ranks best for the query's
+    selective phrases, and each query word's share of the documents (for BM25's IDF)."""
+    kind = backend()
+    if kind is None:
+        return _candidates_scan(conversations, f"{query} {expansion}"), {}
+    own = search_phrases(query)
+    added = frozenset(p for p in search_phrases(expansion) if p not in own)
+    phrases = own + sorted(added)
+    if not phrases:
+        return [], {}
+    chosen, atom_shares, density = selective(
+        MESSAGES, phrases, scope_size=scope, budget=RECALL_MATCH_BUDGET, secondary=added
+    )
+    shares = token_shares(f"{query} {expansion}".strip(), atom_shares)
+    # When even the rarest word would bring many more matches than the budget, it is too common to find
+    # anything specific there: nothing is searched.
+    if density * scope > 2 * RECALL_MATCH_BUDGET:
+        return [], shares
+    search = _others_postgresql if kind == "postgresql" else _others_sqlite
+    return search(conversations, chosen), shares
+
+
+def _best_sentences(
+    rows: list[tuple[Any, ...]],
+    pool: list[tuple[int, float]],
+    query: str,
+    corpus: int,
+    shares: dict[str, float],
+    expansion: str,
+) -> dict[int, tuple[float, tuple[int, int]]]:
+    """A fact is a sentence in a long message: each pooled message's best sentence by BM25 (row index ->
+    (score, span)), which ranks it again and is the excerpt its hit carries."""
+    sentences = [(i, span) for i, _ in pool for span in _sentence_spans(rows[i][3])]
+    texts = [rows[i][3][a:b] for i, (a, b) in sentences]
+    best: dict[int, tuple[float, tuple[int, int]]] = {}
+    for index, score in bm25_rank(query, texts, corpus_size=corpus, shares=shares, expansion=expansion):
+        i, span = sentences[index]
+        if i not in best:
+            best[i] = (score, span)
+    return best
 
 
 @functools.lru_cache(maxsize=4096)
@@ -191,66 +192,6 @@ def excerpt(content: str, sentence: tuple[int, int] | None, *, chars: int = RECA
             break
     start, end = spans[first][0], min(spans[last][1], spans[first][0] + chars)
     return ("…" if start > 0 else "") + content[start:end].strip() + ("…" if end < len(content) else "")
-
-
-def _candidates_postgresql(
-    conversation: Conversation, phrases: list[tuple[str, ...]], after_seq: int, before_seq: int
-) -> list[tuple[Any, ...]]:
-    # The conversation is a lexeme of its messages' vectors, so the GIN index alone finds "this conversation
-    # AND any of these words". Only a window of recent seqs names the conversation's column, so that the
-    # planner may AND in that range of the scope index; naming it always would let the planner filter every
-    # message of a short conversation instead (a few microseconds per row for @@, and it guesses few
-    # matches). "seq + 0" keeps it from reading the scope index backwards for the ORDER BY ... LIMIT.
-    # The join checks the scope on the message itself.
-    window = "AND s.conversation_id = %(conversation)s AND s.seq > %(after)s" if after_seq > 0 else ""
-    sql = f"""
-        SELECT m.id, m.seq, m.role, m.content, m.conversation_id FROM (
-            SELECT hits.message_id, hits.seq, ts_rank_cd(hits.document, %(terms)s::tsquery) AS rank
-            FROM (
-                SELECT s.message_id, s.seq, s.document FROM memory_message_search AS s
-                WHERE s.document @@ %(q)s::tsquery AND s.seq <= %(before)s {window}
-                ORDER BY s.seq + 0 DESC LIMIT %(candidates)s
-            ) AS hits
-            ORDER BY rank DESC, hits.seq DESC LIMIT %(rerank)s
-        ) AS best JOIN conversations_message AS m ON m.id = best.message_id
-        WHERE m.conversation_id = %(conversation)s
-        ORDER BY best.rank DESC, best.seq DESC
-    """  # noqa: S608 - two constant fragments
-    params = {
-        "conversation": conversation.id,
-        "after": after_seq,
-        "before": before_seq,
-        "q": tsquery(phrases, [scope_token("c", conversation.id)]),
-        "terms": tsquery(phrases),
-        "candidates": RECALL_CANDIDATES,
-        "rerank": RECALL_RERANK,
-    }
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
-
-
-def _candidates_sqlite(
-    conversation: Conversation, phrases: list[tuple[str, ...]], after_seq: int, before_seq: int
-) -> list[tuple[Any, ...]]:
-    # The scope token narrows the match inside FTS5; the join checks the scope on the message itself. FTS5
-    # returns the matches newest (highest rowid) first.
-    sql = """
-        SELECT m.id, m.seq, m.role, m.content, m.conversation_id FROM (
-            SELECT f.rowid AS rid, bm25(memory_message_fts, 0.0, 1.0) AS rank
-            FROM memory_message_fts AS f JOIN conversations_message AS c ON c.rowid = f.rowid
-            WHERE memory_message_fts MATCH %s AND c.conversation_id = %s AND c.seq > %s AND c.seq <= %s
-            ORDER BY f.rowid DESC LIMIT %s
-        ) AS hits JOIN conversations_message AS m ON m.rowid = hits.rid
-        ORDER BY hits.rank, m.seq DESC LIMIT %s
-    """
-    match = fts5_query([scope_token("c", conversation.id)], phrases)
-    params = [match, conversation.id.hex, after_seq, before_seq, RECALL_CANDIDATES, RECALL_RERANK]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    # SQLite stores the uuid as hex; ids are returned as Django would.
-    return [(uuid.UUID(r[0]), *r[1:4], uuid.UUID(r[4])) for r in rows]
 
 
 def _others_postgresql(conversations: list[Any], phrases: list[tuple[str, ...]]) -> list[tuple[Any, ...]]:
@@ -291,8 +232,8 @@ def _others_sqlite(conversations: list[Any], phrases: list[tuple[str, ...]]) -> 
     return [(uuid.UUID(r[0]), *r[1:4], uuid.UUID(r[4])) for r in rows]
 
 
-def _candidates_scan(conversation: Conversation, query: str, before_seq: int) -> list[tuple[Any, ...]]:
-    """No full-text backend: the newest messages holding a query word, from a bounded seq window."""
+def _candidates_scan(conversations: list[Any], query: str) -> list[tuple[Any, ...]]:
+    """No full-text backend: the newest messages of these conversations holding a query word."""
     terms = sorted({t for t in tokens(query) if len(t) > 1}, key=len, reverse=True)[:FALLBACK_TERMS]
     if not terms:
         return []
@@ -301,14 +242,12 @@ def _candidates_scan(conversation: Conversation, query: str, before_seq: int) ->
         matching |= Q(content__icontains=term)
     return list(
         Message.objects.filter(
-            conversation=conversation,
-            seq__gt=max(0, before_seq - FALLBACK_SCAN_WINDOW),
-            seq__lte=before_seq,
+            conversation_id__in=conversations,
             kind=Message.Kind.MESSAGE,
             role__in=[Message.Role.USER, Message.Role.ASSISTANT],
         )
         .exclude(content="")
         .filter(matching)
-        .order_by("-seq")
+        .order_by("-created_at")
         .values_list("id", "seq", "role", "content", "conversation_id")[:RECALL_CANDIDATES]
     )

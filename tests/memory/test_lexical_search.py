@@ -1,7 +1,7 @@
 """Full-text search on the database (PostgreSQL tsvector + GIN, SQLite FTS5; `make test` runs it on SQLite,
-`make test-services` on PostgreSQL): recall over a conversation's messages and archival memory search are
-scoped in SQL, follow every insert, update and delete through the triggers, find identifiers and CJK text,
-and never fail on what a user types."""
+`make test-services` on PostgreSQL): recall over the end user's other conversations and archival memory
+search are scoped in SQL, follow every insert, update and delete through the triggers, find identifiers and
+CJK text, and never fail on what a user types."""
 
 import pytest
 from django.db import connection
@@ -12,7 +12,7 @@ from conversations.services import conversation_create
 from memory import lexical
 from memory.archival import archival_insert, archival_search
 from memory.models import ArchivalMemory
-from memory.recall import RECALL_EXCERPT_CHARS, recall_messages
+from memory.recall import RECALL_EXCERPT_CHARS, recall_other_conversations
 from tenants.services import end_user_get_or_create
 from tests.summaries.helpers import append
 
@@ -47,13 +47,11 @@ def filler(conversation, n):
 
 
 def recall(conversation, query, **kwargs):
-    return recall_messages(
-        conversation=conversation, query=query, before_seq=conversation_last(conversation), **kwargs
+    """What a new conversation of the same end user recalls of `conversation`."""
+    asking = conversation_create(
+        tenant=conversation.tenant, end_user_external_id=conversation.end_user.external_id, title="Asking"
     )
-
-
-def conversation_last(conversation):
-    return Message.objects.filter(conversation=conversation).order_by("-seq").values_list("seq", flat=True)[0]
+    return recall_other_conversations(conversation=asking, query=query, **kwargs)
 
 
 # --- the query side: what reaches the index ------------------------------------------------------------
@@ -107,32 +105,33 @@ def test_no_query_breaks_the_index_syntax(conversation, query):
 # --- recall over messages --------------------------------------------------------------------------------
 
 
-def test_recall_returns_seqs_of_the_conversation_before_the_boundary(conversation):
+def test_recall_returns_the_users_earlier_messages_never_the_asking_conversations(conversation):
     filler(conversation, 6)
     fact = chat(conversation, "Remember that the staging deploy key for billing is KX-4821.", "Noted.")[0]
     filler(conversation, 6)
     hits = recall(conversation, "Which deploy key does billing staging use?")
     assert [h.seq for h in hits][:1] == [fact.seq]
     assert hits[0].id == str(fact.id) and hits[0].role == "user" and "KX-4821" in hits[0].content
-    # Nothing at or after before_seq comes back.
-    assert (
-        recall_messages(conversation=conversation, query="deploy key billing", before_seq=fact.seq - 1) == []
-    )
-    assert recall_messages(conversation=conversation, query="deploy key billing", before_seq=0) == []
+    assert hits[0].conversation_id == str(conversation.id)
+    # The asking conversation's own history is memory.history_index's: never a hit here.
+    query = "Which deploy key does billing staging use?"
+    assert recall_other_conversations(conversation=conversation, query=query) == []
 
 
-def test_recall_is_scoped_to_the_conversation(owner, outsider, conversation, outsider_conversation):
+def test_recall_is_scoped_to_the_end_user_in_the_tenant(owner, outsider, conversation, outsider_conversation):
     secret = "The rollback vault entry is zebra-quartz-42."
     chat(outsider_conversation, secret, "Noted.")
-    sibling = conversation_create(tenant=owner.tenant, end_user_external_id="alice", title="Another one")
-    chat(sibling, secret, "Noted.")
     other_user = conversation_create(tenant=owner.tenant, end_user_external_id="bob", title="Bob's")
     chat(other_user, secret, "Noted.")
+    anonymous = conversation_create(tenant=owner.tenant, title="No end user")
+    chat(anonymous, secret, "Noted.")
     filler(conversation, 4)
     assert recall(conversation, "zebra-quartz-42 rollback vault") == []
     own = chat(conversation, secret, "Noted.")[0]
     filler(conversation, 2)
     assert [h.id for h in recall(conversation, "zebra-quartz-42 rollback vault")] == [str(own.id)]
+    # A conversation without an end user has no other conversations.
+    assert recall_other_conversations(conversation=anonymous, query="zebra-quartz-42 rollback vault") == []
 
 
 @pytest.mark.parametrize(
@@ -277,29 +276,19 @@ def test_the_migration_indexes_existing_rows(owner):
     assert [h.seq for h in recall(conversation, "lynx-basalt-7", min_score=0.0)] == [new.seq]
 
 
-def test_recall_across_the_end_users_conversations(owner, outsider, conversation, outsider_conversation):
+def test_recall_names_the_conversation_a_hit_comes_from(owner, conversation):
     secret = "The rollback vault entry is zebra-quartz-42."
-    chat(outsider_conversation, secret, "Noted.")
-    other_user = conversation_create(tenant=owner.tenant, end_user_external_id="bob", title="Bob's")
-    chat(other_user, secret, "Noted.")
-    anonymous = conversation_create(tenant=owner.tenant, title="No end user")
-    chat(anonymous, secret, "Noted.")
     earlier = conversation_create(tenant=owner.tenant, end_user_external_id="alice", title="Last week")
     filler(earlier, 4)
     said = chat(earlier, secret, "Noted.")[0]
     filler(earlier, 2)
     filler(conversation, 4)
-    query = "Which vault entry holds the rollback password?"
-    assert recall(conversation, query) == []
-    hits = recall(conversation, query, other_conversations=True)
+    hits = recall_other_conversations(
+        conversation=conversation, query="Which vault entry holds the rollback?"
+    )
     assert [(h.id, h.seq, h.conversation_id, h.conversation_title) for h in hits] == [
         (str(said.id), said.seq, str(earlier.id), "Last week")
     ]
-    # Other conversations are searched whole, even before this conversation has a boundary.
-    hits = recall_messages(conversation=conversation, query=query, before_seq=0, other_conversations=True)
-    assert [h.id for h in hits] == [str(said.id)]
-    # A conversation without an end user has no other conversations.
-    assert recall(anonymous, query, other_conversations=True)[0].conversation_id == ""
 
 
 def test_a_hit_carries_the_sentence_that_matched(conversation):
