@@ -26,6 +26,10 @@ from config.log_redaction import redact_server_logs  # noqa: E402
 
 redact_server_logs()  # uvicorn logs a socket's path with its ?api_key=
 
+from providers.embeddings import embeddings_warm  # noqa: E402
+
+embeddings_warm()  # the first context call does not wait for the model
+
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 

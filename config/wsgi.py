@@ -15,3 +15,7 @@ application = get_wsgi_application()
 from config.log_redaction import redact_server_logs  # noqa: E402
 
 redact_server_logs()
+
+from providers.embeddings import embeddings_warm  # noqa: E402
+
+embeddings_warm()  # the first context call does not wait for the model

@@ -142,8 +142,30 @@ def _build(backend: str) -> EmbedderStatus:
     return EmbedderStatus(None, f"No embeddings configured for MNEMO_EMBEDDINGS={backend}.")
 
 
+_build_lock = threading.Lock()
+
+
 def embedder_status() -> EmbedderStatus:
-    return _build(settings.MNEMO_EMBEDDINGS)
+    # One build per process even when the warm-up thread and a request ask at once.
+    with _build_lock:
+        return _build(settings.MNEMO_EMBEDDINGS)
+
+
+def embeddings_warm() -> threading.Thread | None:
+    """Load the local embedding model and run it once on a background thread (the first run of an ONNX
+    session costs as much as loading it), so a new server process's first context call does not wait about
+    a second for both. None when MNEMO_WARM_ON_START is off or embeddings are turned off."""
+    if not settings.MNEMO_WARM_ON_START or settings.MNEMO_EMBEDDINGS == "none":
+        return None
+    thread = threading.Thread(target=_warm, name="mnemo-embeddings-warm", daemon=True)
+    thread.start()
+    return thread
+
+
+def _warm() -> None:
+    status = embedder_status()
+    if isinstance(status.embedder, LocalMiniLM):  # a remote endpoint is not called for nothing
+        embed_query("warm up")
 
 
 def embed(texts: list[str]) -> tuple[np.ndarray | None, str]:

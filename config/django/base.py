@@ -393,6 +393,9 @@ MNEMO_EMBEDDINGS_MODEL_PATH = env_str("MNEMO_EMBEDDINGS_MODEL_PATH")
 MNEMO_EMBEDDINGS_THREADS = env_int("MNEMO_EMBEDDINGS_THREADS", 1, minimum=1)
 # Message vectors are computed in the background after every append (off: only manage.py embeddings_backfill).
 MNEMO_EMBED_ON_APPEND = env_bool("MNEMO_EMBED_ON_APPEND", default=True)
+# A server process loads the local embedding model in the background as it starts, so that its first context
+# call does not wait for it (providers.embeddings.embeddings_warm).
+MNEMO_WARM_ON_START = env_bool("MNEMO_WARM_ON_START", default=True)
 # Without a broker (eager Celery), tasks a request queues run on a thread of the server process instead of
 # inside the request (the embedded mode's appends and context calls never wait for them).
 MNEMO_EAGER_TASKS_IN_THREAD = env_bool("MNEMO_EAGER_TASKS_IN_THREAD", default=True)

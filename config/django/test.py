@@ -12,3 +12,4 @@ LOGGING["root"]["level"] = "WARNING"  # noqa: F405
 # Eager tasks run inline, so a test sees their effect; message vectors only where a test asks for them.
 MNEMO_EAGER_TASKS_IN_THREAD = False
 MNEMO_EMBED_ON_APPEND = False
+MNEMO_WARM_ON_START = False
