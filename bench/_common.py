@@ -61,7 +61,7 @@ def machine_header(script: str, *extra: str) -> str:
 
 
 def render_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A Markdown table that reads in a terminal and pastes into the README."""
+    """A Markdown table that reads in a terminal and pastes into docs/benchmarks.md."""
     table = [list(head), *[list(r) for r in rows]]
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |" for row in table]

@@ -566,7 +566,7 @@ def free_port() -> int:
 def server_command(server: str, workers: int, port: int) -> list[str]:
     """The two ways the README gives to serve the API: uvicorn on config.asgi (API and WebSockets in one
     process: `make run`), or granian's WSGI workers on config.wsgi for the API beside a uvicorn for the
-    sockets (the production layout, README "Deploying")."""
+    sockets (the production layout, docs/operations.md "Deploying")."""
     if server == "granian":
         return [
             str(Path(PYTHON).parent / "granian"), "--interface", "wsgi", "config.wsgi:application",

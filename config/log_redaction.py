@@ -3,7 +3,7 @@
 Browsers cannot set headers on a WebSocket, so a socket may carry its key as `?api_key=` (or as the
 `mnemo.bearer.<key>` subprotocol), and servers log the path with its query. The filter sits on Mnemo's own
 log handler (LOGGING) and on the servers' loggers when an entry point loads (uvicorn, granian); a server
-that writes its access log some other way should have it turned off (README, Deploying)."""
+that writes its access log some other way should have it turned off (docs/operations.md, Deploying)."""
 
 import logging
 import re

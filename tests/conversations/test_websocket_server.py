@@ -1,6 +1,7 @@
 """The conversation socket through a real server (uvicorn on 127.0.0.1, config.asgi, as `make run` and the
-README's deployment serve it) and a real client (the websockets package): what a client actually receives
-when it is refused, the subprotocol token, and what the server's own log lines say about the key."""
+deployment in docs/operations.md serve it) and a real client (the websockets package): what a client
+actually receives when it is refused, the subprotocol token, and what the server's own log lines say about
+the key."""
 
 import logging
 import socket
