@@ -145,8 +145,8 @@ def stage_load(state: ContextState) -> None:
             tokens=count_cached(text, model=state.model),
             source={"kind": "agent_profile", "id": str(profile.id), "version": profile.version},
         )
-    for loader in sources.BLOCK_SOURCES.values():
-        loader(state)  # each later capability (summaries, memory, retrieval) plugs in here
+    sources.load_summaries(state)
+    sources.load_core_memory(state)
     state.boundary_seq = sources.boundary_seq(state.conversation)
     state.history_until = history_until
     _load_history(state, until_seq=history_until)
@@ -250,7 +250,8 @@ def _load_history(state: ContextState, *, until_seq: int | None) -> None:
 
 
 def stage_overlay(state: ContextState) -> None:
-    """Task-state events newer than the base state (B3) are applied by the memory capability's source."""
+    """B3 and B2b: the conversation's task state, its base with the newer events applied in order."""
+    sources.load_task_state(state)
 
 
 def stage_rewrite(state: ContextState) -> None:

@@ -1,13 +1,11 @@
-"""Where each block comes from. A source is a function that reads one block into the pipeline's state;
-a capability that is not built has no source here, and its block is absent from the prompt.
+"""Where each block comes from. A source is a function that reads one block into the pipeline's state.
 
-B1 (agent profile) and B6 (history since the last compaction boundary) are loaded by the pipeline itself.
-Summaries (B4), core memory (B2a), session profile (B2b) and task state (B3) register their loaders in
-BLOCK_SOURCES; retrieval (B5) runs in the pipeline's own rewrite and retrieve stages, after B6 is loaded
-(rewrite_query, load_retrieval)."""
+B1 (agent profile) and B6 (history since the last compaction boundary) are loaded by the pipeline itself;
+its load stage calls load_summaries (B4) and load_core_memory (B2a), its overlay stage load_task_state (B3
+and B2b: the base state with the newer events applied), its rewrite and retrieve stages rewrite_query and
+load_retrieval (B5), after B6 is loaded."""
 
 import logging
-from collections.abc import Callable
 
 from context.state import ContextState
 from conversations.models import Conversation, Message
@@ -22,8 +20,6 @@ from summaries.selectors import history_start_seq, segment_prompt_text, segment_
 from summaries.services import compaction_request, history_tokens, segments_replay
 
 logger = logging.getLogger(__name__)
-
-BLOCK_SOURCES: dict[str, Callable[[ContextState], None]] = {}
 
 
 def boundary_seq(conversation: Conversation) -> int:
@@ -49,9 +45,6 @@ def load_summaries(state: ContextState) -> None:
             Item(text=text, tokens=count_cached(text, model=state.model), source=segment_source(segment))
         )
     state.layout.b4 = items
-
-
-BLOCK_SOURCES["B4"] = load_summaries
 
 
 # --- B2a: core memory (and the memory-updates section for edits since the last boundary) ------------------
@@ -87,13 +80,12 @@ def load_core_memory(state: ContextState) -> None:
     state.layout.memory_updates = [*state.layout.memory_updates, *updates]
 
 
-BLOCK_SOURCES["B2a"] = load_core_memory
-
-
 # --- B3 task state and B2b session profile (the overlay: base + the newer events, in order) ---------------
 
 
 def load_task_state(state: ContextState) -> None:
+    """B3 (task state) and B2b (the session profile, its "session_profile" key): the base state with the
+    events newer than it applied in order."""
     overlay = state_overlay(conversation=state.conversation)
     state.task_state = overlay.state  # for query rewriting in the B5 source
     task = {k: v for k, v in overlay.state.items() if k != SESSION_PROFILE_KEY}
@@ -112,9 +104,6 @@ def load_task_state(state: ContextState) -> None:
             text = canonical_json(profile)
         source = {"kind": "session_profile", "epoch": overlay.epoch}
         state.layout.b2b = Item(text=text, tokens=count_cached(text, model=state.model), source=source)
-
-
-BLOCK_SOURCES["B3"] = load_task_state
 
 
 # --- B5: retrieval (archival memories and recall of messages before the boundary) ---------------------------

@@ -1,6 +1,5 @@
 """Helpers shared by the context and prefix-cache tests: the context call, stored history with known token
-counts, and a fake block source for the blocks whose real sources (memory, summaries, retrieval) are not
-built yet."""
+counts, and fake blocks for tests of the layout and the budget that need blocks of known sizes."""
 
 import json
 from typing import Any
@@ -12,7 +11,6 @@ from prefix_cache.rendering import Item
 from providers.tokens import count_message, count_text
 
 MODEL = "gpt-4o"
-FAKE_SOURCE = "tests_fake_blocks"
 
 
 def context_url(conversation: Conversation | str) -> str:
@@ -66,8 +64,10 @@ def item(text: str, *, score: float = 0.0, **source: Any) -> Item:
 
 
 def install_blocks(monkeypatch: Any, **blocks: Any) -> None:
-    """Register a source that fills layout blocks (b2a, b4, b5, b3, b2b, memory_updates) on every call.
-    monkeypatch removes it after the test. Lists are copied per call: the budget stage pops from them."""
+    """Fill layout blocks (b2a, b4, b5, b3, b2b, memory_updates) on every call, in the load stage after the
+    real block sources and before the history is read. monkeypatch restores the source after the test.
+    Lists are copied per call: the budget stage pops from them."""
+    load_core_memory = sources.load_core_memory
 
     def loader(state: Any) -> None:
         for name, value in blocks.items():
@@ -76,7 +76,11 @@ def install_blocks(monkeypatch: Any, **blocks: Any) -> None:
                 continue
             setattr(state.layout, name, list(value) if isinstance(value, list) else value)
 
-    monkeypatch.setitem(sources.BLOCK_SOURCES, FAKE_SOURCE, loader)
+    def core_memory_then_fake_blocks(state: Any) -> None:
+        load_core_memory(state)
+        loader(state)
+
+    monkeypatch.setattr(sources, "load_core_memory", core_memory_then_fake_blocks)
 
 
 def user_tokens(text: str) -> int:

@@ -9,7 +9,7 @@ from context import sources
 from context.services import agent_profile_create
 from conversations.models import Message
 from prefix_cache.rendering import FORMATS, canonical_json, sha256
-from tests.context.helpers import FAKE_SOURCE, append, context, dumps, install_blocks, item, section
+from tests.context.helpers import append, context, dumps, install_blocks, item, section
 
 pytestmark = pytest.mark.django_db
 
@@ -129,9 +129,9 @@ def test_without_per_request_blocks_the_current_message_is_exactly_the_users_tex
         assert set(body["blocks"]) == {"B1", "user"}
 
 
-def test_the_fake_source_is_gone_after_the_test_that_installed_it():
-    # monkeypatch restores BLOCK_SOURCES: no test leaks blocks into another.
-    assert FAKE_SOURCE not in sources.BLOCK_SOURCES
+def test_the_fake_blocks_are_gone_after_the_test_that_installed_them():
+    # monkeypatch restores the source: no test leaks blocks into another.
+    assert sources.load_core_memory.__module__ == "context.sources"
 
 
 def test_without_a_profile_or_blocks_there_is_no_system_message(owner, conversation):
