@@ -178,6 +178,7 @@ class MemoryOperationListApi(APIView):
 def _state_data(overlay: Any) -> dict[str, Any]:
     return {
         "epoch": overlay.epoch,
+        "base_epoch": overlay.base_epoch,
         "state": overlay.state,
         "base": overlay.base,
         "pending_events": [_event_data(e) for e in overlay.pending],
@@ -198,8 +199,8 @@ def _event_data(event: Any) -> dict[str, Any]:
 class TaskStateApi(APIView):
     @extend_schema(
         responses={200: dict, **error_responses()},
-        description="The task state as the model sees it: the base of its epoch with the newer events "
-        "applied in order (the overlay). `session_profile` is the session profile (B2b).",
+        description="The task state as the model sees it: the base (folded up to `base_epoch`) with the "
+        "newer events applied in epoch order (the overlay). `session_profile` is the session profile (B2b).",
     )
     def get(self, request: Any, conversation_id: str) -> Response:
         conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
@@ -222,7 +223,8 @@ class StateEventCreateApi(APIView):
         },
         description="Append a task-state event at the epoch you read: `set` {path, value}, `merge` {path?, "
         "value: object}, `delete` {path}, `append` {path, value}. Paths are dot-separated keys. Durable on "
-        "write; a repeated request_id returns the original event (200).",
+        "write; each accepted event advances the epoch by one, so a second writer at the same epoch gets "
+        "409. A repeated request_id returns the original event (200).",
     )
     def post(self, request: Any, conversation_id: str) -> Response:
         conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
@@ -236,7 +238,7 @@ class StateFoldApi(APIView):
     @extend_schema(
         request=None,
         responses={200: dict, **error_responses()},
-        description="Fold the pending events into the base now (the epoch moves when any were pending).",
+        description="Fold the pending events into the base now. The epoch stays (the state is the same).",
     )
     def post(self, request: Any, conversation_id: str) -> Response:
         conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)

@@ -28,6 +28,7 @@ def end_user_export(*, end_user: EndUser) -> dict[str, Any]:
                 "archived_at": conversation.archived_at,
                 "task_state": {
                     "epoch": task_state.epoch if task_state else 0,
+                    "base_epoch": task_state.base_epoch if task_state else 0,
                     "base": task_state.state if task_state else {},
                     "events": [
                         {

@@ -123,15 +123,18 @@ class MemoryOperation(models.Model):
 
 
 class TaskState(models.Model):
-    """The folded base of a conversation's task state. Events of the current epoch are applied on read."""
+    """The folded base of a conversation's task state. `epoch` counts the accepted events (each one advances
+    it, so two writers that read the same epoch cannot both append); `base_epoch` is the last event folded
+    into `state`. Events after it are applied on read."""
 
     conversation = models.OneToOneField(Conversation, on_delete=models.CASCADE, related_name="task_state")
     state = models.JSONField(default=dict)
     epoch = models.PositiveIntegerField(default=0)
+    base_epoch = models.PositiveIntegerField(default=0)
     updated_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
-        return f"task state (epoch {self.epoch})"
+        return f"task state (epoch {self.epoch}, base {self.base_epoch})"
 
 
 class StateEvent(models.Model):
@@ -142,7 +145,7 @@ class StateEvent(models.Model):
         APPEND = "append", "Append to the list at a path"
 
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="state_events")
-    epoch = models.PositiveIntegerField()
+    epoch = models.PositiveIntegerField()  # the epoch this event produced: the one it was appended at + 1
     event_type = models.CharField(max_length=8, choices=Type.choices)
     payload = models.JSONField(default=dict)
     request_id = models.CharField(max_length=200)
@@ -150,10 +153,11 @@ class StateEvent(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["conversation", "request_id"], name="state_event_request_unique")
+            models.UniqueConstraint(fields=["conversation", "request_id"], name="state_event_request_unique"),
+            # One event per epoch, whatever the locking: a second writer at the same epoch cannot commit.
+            models.UniqueConstraint(fields=["conversation", "epoch"], name="state_event_epoch_unique"),
         ]
         ordering = ["id"]
-        indexes = [models.Index(fields=["conversation", "epoch", "id"])]
 
     def __str__(self) -> str:
         return f"{self.event_type} @{self.epoch} ({self.request_id})"

@@ -1,6 +1,6 @@
 """Task state (B3) and the session profile (B2b, the "session_profile" key of the same state): events are
-appended durably at an expected epoch, folded into the base now and then (which bumps the epoch), and applied
-on read over the base (the overlay)."""
+appended durably at an expected epoch, each advancing the epoch by one, folded into the base now and then,
+and the ones after the base applied on read (the overlay)."""
 
 import copy
 from dataclasses import dataclass
@@ -69,6 +69,7 @@ class Overlay:
     state: dict[str, Any]
     base: dict[str, Any]
     epoch: int
+    base_epoch: int
     pending: list[StateEvent]
 
 
@@ -86,13 +87,15 @@ def _task_state(conversation: Conversation, *, lock: bool = False) -> TaskState:
 
 
 def state_overlay(*, conversation: Conversation) -> Overlay:
-    """The base state with the events of its epoch applied in order (events are validated on append, so a
-    stored event always applies; one that does not is skipped rather than failing the read)."""
+    """The base state with the events after its epoch applied in epoch order (events are validated on append,
+    so a stored event always applies; one that does not is skipped rather than failing the read)."""
     task_state = TaskState.objects.filter(conversation=conversation).first()
     if task_state is None:
-        return Overlay(state={}, base={}, epoch=0, pending=[])
+        return Overlay(state={}, base={}, epoch=0, base_epoch=0, pending=[])
     pending = list(
-        StateEvent.objects.filter(conversation=conversation, epoch=task_state.epoch).order_by("id")
+        StateEvent.objects.filter(conversation=conversation, epoch__gt=task_state.base_epoch).order_by(
+            "epoch"
+        )
     )
     state = task_state.state
     for event in pending:
@@ -100,7 +103,22 @@ def state_overlay(*, conversation: Conversation) -> Overlay:
             state = event_apply(state, event.event_type, event.payload)
         except InvalidEvent:
             continue
-    return Overlay(state=state, base=task_state.state, epoch=task_state.epoch, pending=pending)
+    return Overlay(
+        state=state,
+        base=task_state.state,
+        epoch=task_state.epoch,
+        base_epoch=task_state.base_epoch,
+        pending=pending,
+    )
+
+
+def _epoch_moved(epoch: int) -> ApplicationError:
+    return ApplicationError(
+        f"The task state is at epoch {epoch}: read it again.",
+        code="epoch_moved",
+        status_code=status.HTTP_409_CONFLICT,
+        extra={"epoch": epoch},
+    )
 
 
 @transaction.atomic
@@ -112,19 +130,15 @@ def state_event_append(
     event_type: str,
     payload: dict[str, Any],
 ) -> tuple[StateEvent, bool]:
-    """Append one event, durably (a row, committed with the request). Returns (event, created); a repeated
-    request_id returns the original event. 409 when the epoch moved since the caller read it."""
+    """Append one event, durably (a row, committed with the request), and advance the epoch by one. Returns
+    (event, created); a repeated request_id returns the original event. 409 when the epoch moved since the
+    caller read it, so of two writers that read the same epoch only the first is accepted."""
     task_state = _task_state(conversation, lock=True)  # serialises appends and folds of this conversation
     existing = StateEvent.objects.filter(conversation=conversation, request_id=request_id).first()
     if existing is not None:
         return existing, False
     if expected_epoch != task_state.epoch:
-        raise ApplicationError(
-            f"The task state is at epoch {task_state.epoch}, not {expected_epoch}: read it again.",
-            code="epoch_moved",
-            status_code=status.HTTP_409_CONFLICT,
-            extra={"epoch": task_state.epoch},
-        )
+        raise _epoch_moved(task_state.epoch)
     current = state_overlay(conversation=conversation).state
     try:
         after = event_apply(current, event_type, payload)
@@ -132,9 +146,16 @@ def state_event_append(
         raise ApplicationError(f"The event does not apply: {exc}.", code="invalid_event") from None
     if len(str(after)) > MAX_STATE_CHARS:
         raise ApplicationError("The task state would be too large.", code="state_too_large")
+    # Conditional on the epoch read, so it holds where the row lock is a no-op (SQLite); the unique
+    # (conversation, epoch) constraint is the last guard.
+    advanced = TaskState.objects.filter(pk=task_state.pk, epoch=expected_epoch).update(
+        epoch=expected_epoch + 1, updated_at=timezone.now()
+    )
+    if not advanced:
+        raise _epoch_moved(TaskState.objects.get(pk=task_state.pk).epoch)
     event = StateEvent.objects.create(
         conversation=conversation,
-        epoch=task_state.epoch,
+        epoch=expected_epoch + 1,
         event_type=event_type,
         payload=payload,
         request_id=request_id,
@@ -144,13 +165,14 @@ def state_event_append(
 
 @transaction.atomic
 def state_fold(*, conversation: Conversation) -> int:
-    """Fold the events of the current epoch into the base and bump the epoch. Returns how many folded."""
-    task_state = _task_state(conversation, lock=True)
+    """Fold the pending events into the base. The epoch stays: the state it names is the same. Returns how
+    many events folded."""
+    _task_state(conversation, lock=True)
     overlay = state_overlay(conversation=conversation)
     if not overlay.pending:
         return 0
-    TaskState.objects.filter(pk=task_state.pk).update(
-        state=overlay.state, epoch=task_state.epoch + 1, updated_at=timezone.now()
+    TaskState.objects.filter(conversation=conversation).update(
+        state=overlay.state, base_epoch=overlay.pending[-1].epoch, updated_at=timezone.now()
     )
     return len(overlay.pending)
 
@@ -159,7 +181,7 @@ def state_fold_due(*, min_events: int, min_age_seconds: int) -> list[Any]:
     """Conversations whose unfolded events are many or old enough to fold (one query)."""
     cutoff = timezone.now() - timedelta(seconds=min_age_seconds)
     rows = (
-        StateEvent.objects.filter(epoch=F("conversation__task_state__epoch"))
+        StateEvent.objects.filter(epoch__gt=F("conversation__task_state__base_epoch"))
         .values("conversation_id")
         .annotate(n=Count("id"), oldest=Min("created_at"))
         .filter(Q(n__gte=min_events) | Q(oldest__lte=cutoff))
