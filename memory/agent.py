@@ -52,22 +52,19 @@ from django.utils import timezone
 
 from conversations.models import Conversation, Message
 from memory.archival import archival_insert, archival_search
-from memory.facts import fact_signature, looks_secret, specific_values, strip_lead_in, wordset
+from memory.facts import fact_signature, looks_secret, specific_values, strip_lead_in
 from memory.models import DEFAULT_CHAR_LIMIT, Actor, ArchivalMemory, CoreMemoryBlock, MemoryAgentCursor
 from memory.selectors import label_order
 from memory.services import core_memory_write
 from providers.background import task_send
 from providers.degradations import degradation_count
 from providers.llm import LLMConfig, LLMError, LLMReply, ToolCall, chat_tools, llm_config
+from providers.text import CODE_FENCE, prose_sentences, without_end_mark, wordset
 from tenants.errors import ApplicationError
 from tenants.models import EndUser
 
 logger = logging.getLogger(__name__)
 
-# Sentences end at . ! ? … followed by a space or the end of the line, at 。！？ and at line breaks: never
-# inside 7.31.4, bastion-12.eu2.acme.internal or an e-mail address, nor after an abbreviation (e.g., i.e.).
-_SENTENCE_END = re.compile(r"[.!?…]+[\"'’”)\]]*(?=\s|$)|[。！？]+")
-_ABBREVIATIONS = wordset("e.g i.e etc vs approx incl cf al mr mrs ms dr st no nr fig ca resp")
 RULES: list[tuple[str, re.Pattern[str]]] = [
     ("remember", re.compile(r"^(?:please\s+)?remember(?:\s+that)?\s+(?P<fact>.{3,300})$", re.I)),
     ("name", re.compile(r"^(?:my name is|call me|i am called|i'm called)\s+(?P<name>[\w .'-]{2,60})$", re.I)),
@@ -115,38 +112,6 @@ _DECISION = re.compile(
     r"(?:decided|agreed|chose|settled|pinned|gating|gated|froze|freezing|locked|standardi[sz]ed|committed)\b",
     re.I,
 )
-# Lines that are code, a log, a command or a quote, not the user talking.
-_FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
-_COMMANDS = wordset(
-    "sudo kubectl git curl wget ssh scp rsync docker podman psql mysql redis-cli cd ls grep pip npm npx "
-    "yarn pnpm python python3 node cargo terraform helm aws gcloud az systemctl journalctl rm mv cp chmod "
-    "chown echo"
-)
-_LOG_LEVEL = re.compile(r"\b(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL|CRITICAL)\b")
-_CODE_START = re.compile(
-    r"(?:Traceback \(|File \"|at [\w.$]+\(|def |class \w+[(:]|import |from [\w.]+ import |return |"
-    r"const |let |var |func |fn |SELECT |INSERT |UPDATE \w+ SET|CREATE |DROP |ALTER |WITH \w+ AS)"
-)
-
-
-def _is_code_line(line: str) -> bool:
-    if re.match(r"(?: {4}|\t)(?!\s*(?:[-*•]|\d+[.)])\s)", line):  # indented code, not a nested list item
-        return True
-    text = line.strip()
-    if re.match(r"(?:\$|%|#+|>>>|>|PS>)\s|\|", text):  # a prompt, a comment, a quote, a table row
-        return True
-    if re.match(r"\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}|\[?\d{2}:\d{2}:\d{2}", text):  # a log line
-        return True
-    if _LOG_LEVEL.search(text) and re.search(r"\w=\S|\d{2}:\d{2}", text):
-        return True
-    if len(re.findall(r"\b\w+=\S", text)) >= 2 or _CODE_START.match(text):
-        return True
-    if text.split(" ", 1)[0] in _COMMANDS and re.search(r"\s--?\w|&&|\|\s|\s>\s|=|\s\.?/", text):
-        return True
-    symbols = sum(c in "{}[]();=<>$`\\" for c in text)
-    return symbols >= 4 and symbols > 0.08 * len(text.replace(" ", ""))
-
-
 # --- standing instructions and preferences -----------------------------------------------------------------
 # A standing instruction ("Always format code with syntax highlighting when I ask about implementation
 # details", "Never use semicolons in my JS examples", "From now on answer in French") or a stated preference
@@ -375,34 +340,9 @@ class AgentRun:
     llm_tokens: int = 0
 
 
-def _sentence_spans(text: str) -> list[str]:
-    """The sentences of a message's prose as written, end punctuation kept: code blocks, logs, commands and
-    quotes are left out."""
-    out = []
-    for line in _FENCE.sub("\n", text).split("\n"):
-        if not line.strip() or _is_code_line(line):
-            continue
-        line = re.sub(r"^\s*(?:[-*•]|\d+[.)])\s+", "", line)  # a list item's marker
-        start = 0
-        for end in _SENTENCE_END.finditer(line):
-            if end.group(0) == ".":
-                before = re.search(r"[\w.]+$", line[start : end.start()])
-                word = before.group(0) if before else ""
-                if word.lower() in _ABBREVIATIONS or re.fullmatch(r"[A-Z]", word):  # e.g. / J. Smith
-                    continue
-            out.append(line[start : end.end()])
-            start = end.end()
-        out.append(line[start:])
-    return [s.strip() for s in out if _sentence_clean(s)]
-
-
-def _sentence_clean(raw: str) -> str:
-    return raw.strip().rstrip(".!。！…")
-
-
 def _sentences(text: str) -> list[str]:
     """The sentences of a message's prose, without their final full stop or exclamation mark."""
-    return [_sentence_clean(s) for s in _sentence_spans(text)]
+    return [without_end_mark(s) for s in prose_sentences(text)]
 
 
 @dataclass(frozen=True)
@@ -498,10 +438,10 @@ def standing_statements(text: str) -> list[Standing]:
     """The standing instructions and preferences of a user message, in order (code, logs and quotes left
     out). A short one-line message (STANDING_CHARS) that is all instructions, or all preferences, is kept
     whole."""
-    spans = _sentence_spans(text)
+    spans = prose_sentences(text)
     found = []
     for raw in spans:
-        sentence = _sentence_clean(raw)
+        sentence = without_end_mark(raw)
         rest, _ = strip_lead_in(sentence)
         hit = _standing_match(rest)
         if hit is not None:
@@ -515,7 +455,7 @@ def standing_statements(text: str) -> list[Standing]:
         and len({item.label for item in found}) == 1
         and len(whole) <= STANDING_CHARS
         and "\n" not in whole
-        and not _FENCE.search(whole)
+        and not CODE_FENCE.search(whole)
     ):
         return [
             Standing(found[0].label, " ".join(whole.split()), tuple(s for f in found for s in f.sentences))

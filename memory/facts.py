@@ -10,13 +10,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from memory.lexical import STOPWORDS
-
-
-def wordset(text: str) -> frozenset[str]:
-    """The words of a list written as text (easier to read and edit than a list of strings)."""
-    return frozenset(text.split())
-
+from providers.text import FACT_STOPWORDS, FILE_EXTENSIONS, MONTHS, URL_TAIL, WEEKDAYS, wordset
 
 # --- lead-ins ----------------------------------------------------------------------------------------------
 # Conversational openers in front of the statement itself. A memo lead-in says the user wants it kept. Those
@@ -51,10 +45,6 @@ def strip_lead_in(sentence: str) -> tuple[str, bool]:
 
 # --- specific values ---------------------------------------------------------------------------------------
 
-_FILE_EXTENSIONS = wordset(
-    "py ts tsx js jsx go rs rb php java kt c h cc cpp cs swift sh bash zsh yaml yml json toml ini cfg conf "
-    "env sql md rst txt csv tsv log html css scss xml lock tf hcl proto gz zip tar png jpg svg pdf"
-)
 _TLD = r"com|net|org|io|dev|app|cloud|internal|local|lan|corp|example|ai|co|biz|info"
 _NAME_WORD = r"[A-ZÀ-ÖØ-Þ][a-zà-öø-ÿ'’]+(?:-[A-ZÀ-ÖØ-Þ][a-zà-öø-ÿ'’]+)?"
 _NAME = (
@@ -80,7 +70,7 @@ _NAMED = re.compile(
 # (kind, pattern): earlier patterns claim their text first.
 _VALUE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("email", re.compile(r"(?<![\w.+-])[\w.+-]+@[a-z0-9-]+(?:\.[a-z0-9-]+)+", re.I)),
-    ("url", re.compile(r"\b(?:https?|s3|gs|ssh|git)://[^\s<>\"'`)\]]+[^\s<>\"'`)\].,;:!?]", re.I)),
+    ("url", re.compile(rf"\b(?:https?|s3|gs|ssh|git)://{URL_TAIL}", re.I)),
     ("host", re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?::\d{2,5})?(?![\w.]*\w)")),
     ("version", re.compile(r"(?<![\w.])v?\d+\.\d+\.\d+(?:[-+][0-9a-z.]+)?(?![\w.]*\w)", re.I)),
     (
@@ -137,7 +127,7 @@ def _id_counts(token: str) -> bool:
     if len(token) < 5 or _COMMON_ID.match(token):
         return False
     parts = re.split(r"[-_.]", token)
-    if "." in token and parts[-1].lower() in _FILE_EXTENSIONS:
+    if "." in token and parts[-1].lower() in FILE_EXTENSIONS:
         return False
     digits = sum(c.isdigit() for c in token)
     if not any(c.isalpha() for c in token):
@@ -173,7 +163,7 @@ def specific_values(sentence: str) -> list[Value]:
             if kind == "host":
                 last = text.rsplit(":", 1)[0].rsplit(".", 1)[-1].lower()
                 dotted = text.count(".")
-                if last in _FILE_EXTENSIONS or (dotted < 2 and not re.fullmatch(_TLD, last)):
+                if last in FILE_EXTENSIONS or (dotted < 2 and not re.fullmatch(_TLD, last)):
                     continue
                 if text.lower() in ("e.g", "i.e"):
                     continue
@@ -229,19 +219,8 @@ deprecate deprecated took take takes taken over effective going forward decide d
 _TIME_WORDS = wordset("""
 today tonight tomorrow yesterday morning afternoon evening night nightly daily weekly monthly yearly week
 weeks month months year years quarter sprint day days hour hours minute minutes earlier later soon
-recently last next ago starting start starts started from until till time times monday tuesday wednesday
-thursday friday saturday sunday january february march april may june july august september october
-november december eod eow asap
-""")
-_MORE_STOPWORDS = wordset("""
-it's its that's there's here's i'm i've we're we've they're you're let's us them him her his hers one ones
-some any all each every have has had having make makes made need needs want wants first still only very
-really actually basically same other another thing things stuff way bit lot ok okay yes yeah hey hi thanks
-thank does did done doing don't doesn't isn't aren't wasn't weren't won't can't cannot via through behind
-across after before during without within between against around if else because while up down out off
-on at in to into onto of for with by should must may might also too anything something everything nothing
-someone anyone everyone which whose whom there here what
-""")
+recently last next ago starting start starts started from until till time times eod eow asap
+""") | {name.lower() for name in (*WEEKDAYS, *MONTHS)}
 # Different words for one thing (after lower-casing; the stemmer runs after).
 _SYNONYMS = {
     **dict.fromkeys(wordset("db dbs database databases postgres postgresql pg mysql mariadb"), "database"),
@@ -296,7 +275,6 @@ def _stem(word: str) -> str:
     return word
 
 
-_STOP = frozenset(STOPWORDS) | frozenset(_MORE_STOPWORDS)
 _CHANGE = frozenset(_stem(w) for w in _CHANGE_WORDS) | frozenset(_CHANGE_WORDS)
 _TIME = frozenset(_TIME_WORDS)
 _SOFT = frozenset(_stem(w) for w in _SOFT_WORDS)
@@ -308,7 +286,7 @@ def _words(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for word in _WORD.findall(text.lower()):
         word = re.sub(r"['’]s$", "", word)
-        if word in _STOP or word in _TIME or word in _CHANGE or any(c.isdigit() for c in word):
+        if word in FACT_STOPWORDS or word in _TIME or word in _CHANGE or any(c.isdigit() for c in word):
             continue
         stem = _stem(word)
         if stem in _CHANGE or len(stem) < 2:

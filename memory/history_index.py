@@ -24,22 +24,12 @@ from django.conf import settings
 from conversations.models import Message, MessageVector
 from providers.embeddings import embedder_status, from_bytes
 from providers.passages import passage_spans
+from providers.text import CJK, PASSAGE_STOPWORDS
 
 K1 = 1.2
 B = 0.75
 RRF_K = 60
-# English function words: they match everything and say nothing about which passage holds the evidence.
-STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before being below
-    between both but by can could did do does doing down during each few for from further had has have having
-    he her here hers herself him himself his how i if in into is it its itself just let me more most my myself
-    no nor not now of off on once only or other our ours ourselves out over own same she should so some such
-    than that the their theirs them themselves then there these they this those through to too under until up
-    very was we were what when where which while who whom why will with would you your yours yourself
-    yourselves also please""".split()  # noqa: SIM905 - a word list reads best as text
-)
-_CJK = "\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af"
-_TERM = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+")
+_TERM = re.compile(rf"[{CJK}]+|[^\W_{CJK}]+")
 _stemmer = snowballstemmer.stemmer("english")
 
 
@@ -53,10 +43,10 @@ def terms(text: str) -> list[str]:
     no stopwords; CJK runs as characters and bigrams."""
     out: list[str] = []
     for word in _TERM.findall(text.lower()):
-        if word[0] >= "\u3040" and re.match(rf"[{_CJK}]", word):
+        if word[0] >= "\u3040" and re.match(rf"[{CJK}]", word):
             out.extend(word)
             out.extend(word[i : i + 2] for i in range(len(word) - 1))
-        elif word not in STOPWORDS and (len(word) > 1 or word.isdigit()):
+        elif word not in PASSAGE_STOPWORDS and (len(word) > 1 or word.isdigit()):
             out.append(_stem(word) if word.isalpha() else word)
     return out
 

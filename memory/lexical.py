@@ -24,23 +24,15 @@ from typing import Any
 
 from django.db import connection
 
+from providers.text import CJK, SEARCH_STOPWORDS
+
 logger = logging.getLogger(__name__)
 
 RRF_K = 60
-_CJK = "\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af"
 # A word: a CJK run, or letters/digits joined by - . / _ (an identifier, a path, a version: one BM25 term).
-_WORD = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}](?:[^\W_{_CJK}]|[-./_](?=[^\W_{_CJK}]))*")
+_WORD = re.compile(rf"[{CJK}]+|[^\W_{CJK}](?:[^\W_{CJK}]|[-./_](?=[^\W_{CJK}]))*")
 # What the full-text indexes see as one word: a CJK character, or a run of letters and digits.
-_ATOM = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
-STOPWORDS = frozenset(
-    [
-        "a", "an", "the", "and", "or", "but", "of", "to", "in", "on", "at", "for", "with", "is", "are", "was",
-        "were", "be", "been", "it", "its", "this", "that", "these", "those", "i", "you", "he", "she", "we",
-        "they", "me", "my", "your", "our", "their", "do", "does", "did", "what", "which", "who", "whom",
-        "how", "when", "where", "why", "can", "could", "would", "should", "will", "shall", "not", "no", "yes",
-        "so", "as", "by", "from", "about", "into", "than", "then", "there", "here", "just", "also", "please",
-    ]
-)  # fmt: skip
+_ATOM = re.compile(rf"[{CJK}]|[^\W_{CJK}]+")
 # Query words longer than this are blobs (base64, hashes of hashes): never worth a lookup.
 MAX_ATOM_CHARS = 64
 MAX_PHRASES = 32
@@ -54,10 +46,10 @@ def tokens(text: str) -> list[str]:
     out: list[str] = []
     for word in _WORD.findall(text.lower()):
         # A match is either all CJK or starts with a letter or digit outside CJK: its first character tells.
-        if re.match(rf"[{_CJK}]", word):
+        if re.match(rf"[{CJK}]", word):
             out.extend(word)  # unigrams
             out.extend(word[i : i + 2] for i in range(len(word) - 1))  # and bigrams
-        elif word not in STOPWORDS:
+        elif word not in SEARCH_STOPWORDS:
             out.append(word)
     return out
 
@@ -67,11 +59,11 @@ def search_phrases(query: str) -> list[tuple[str, ...]]:
     bigrams. Stopwords, single letters and blobs are left out; at most MAX_PHRASES, in query order."""
     phrases: list[tuple[str, ...]] = []
     for word in _WORD.findall(query.lower()):
-        if re.match(rf"[{_CJK}]", word):
+        if re.match(rf"[{CJK}]", word):
             grams = [tuple(word[i : i + 2]) for i in range(len(word) - 1)] or [(word,)]
             phrases.extend(grams)
             continue
-        if word in STOPWORDS or (len(word) == 1 and not word.isdigit()):
+        if word in SEARCH_STOPWORDS or (len(word) == 1 and not word.isdigit()):
             continue
         atoms = tuple(_ATOM.findall(word))
         if atoms and all(len(a) <= MAX_ATOM_CHARS for a in atoms):

@@ -3,8 +3,6 @@ found and ranked by the database's full-text index (memory.lexical), re-ranked b
 seq and the excerpt that matched. The asking conversation's own history is retrieved by
 memory.history_index (whole history, lexical and vector), not here."""
 
-import functools
-import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +24,7 @@ from memory.lexical import (
     tokens,
     tsquery,
 )
+from providers.text import sentence_spans
 
 # Only the query's rarer words select messages (memory.lexical.selective: about RECALL_MATCH_BUDGET matches
 # expected); the database ranks their matches (ts_rank_cd / bm25()) and BM25 re-ranks its best RECALL_RERANK,
@@ -150,7 +149,7 @@ def _best_sentences(
 ) -> dict[int, tuple[float, tuple[int, int]]]:
     """A fact is a sentence in a long message: each pooled message's best sentence by BM25 (row index ->
     (score, span)), which ranks it again and is the excerpt its hit carries."""
-    sentences = [(i, span) for i, _ in pool for span in _sentence_spans(rows[i][3])]
+    sentences = [(i, span) for i, _ in pool for span in sentence_spans(rows[i][3])]
     texts = [rows[i][3][a:b] for i, (a, b) in sentences]
     best: dict[int, tuple[float, tuple[int, int]]] = {}
     for index, score in bm25_rank(query, texts, corpus_size=corpus, shares=shares, expansion=expansion):
@@ -160,22 +159,12 @@ def _best_sentences(
     return best
 
 
-@functools.lru_cache(maxsize=4096)
-def _sentence_spans(content: str) -> tuple[tuple[int, int], ...]:
-    """(start, end) of each sentence (or line) of the content."""
-    spans = [(m.start(), m.end()) for m in _SENTENCE.finditer(content) if m.group(0).strip()]
-    return tuple(spans) or ((0, len(content)),)
-
-
-_SENTENCE = re.compile(r"[^\n]+?(?:[.!?。！？](?=\s)|$)|[^\n]+")
-
-
 def excerpt(content: str, sentence: tuple[int, int] | None, *, chars: int = RECALL_EXCERPT_CHARS) -> str:
     """The sentence at `sentence` with its neighbours, in about `chars` characters (… marks a cut); the whole
     content when it is that short."""
     if len(content) <= chars:
         return content
-    spans = _sentence_spans(content)
+    spans = sentence_spans(content)
     best = spans.index(sentence) if sentence in spans else 0
     first = last = best
     # Grow around the sentence, the next one first (a statement's value tends to follow its subject).

@@ -18,6 +18,15 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from providers.text import (
+    FILE_EXTENSION_PATTERN,
+    MONTHS,
+    SUMMARY_STOPWORDS,
+    URL_TAIL,
+    WEEKDAYS,
+    summary_sentences,
+)
+
 VERSION = "extractive-v1"
 
 # --- facts ------------------------------------------------------------------------------------------------
@@ -25,11 +34,6 @@ VERSION = "extractive-v1"
 _MONTHS = (
     r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?"
     r"|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)"
-)
-_EXTENSIONS = (
-    r"(?:py|pyi|js|mjs|cjs|ts|tsx|jsx|go|rs|java|kt|rb|php|swift|c|h|cc|cpp|hpp|cs|scala|sql|sh|bash|zsh|"
-    r"ps1|md|rst|txt|csv|tsv|json|jsonl|ya?ml|toml|ini|cfg|conf|env|lock|xml|html?|css|scss|vue|svelte|"
-    r"ipynb|log|pdf|docx?|xlsx?|pptx?|png|jpe?g|gif|svg|webp|zip|tar|gz|tgz|proto|graphql|tf|dockerfile)"
 )
 _UNITS = (
     r"(?:ms|µs|us|ns|s|sec|secs|seconds?|min|mins|minutes?|h|hrs?|hours?|days?|weeks?|months?|years?|"
@@ -41,7 +45,7 @@ _UNITS = (
 # (kind, priority, pattern). Order matters: each match masks its span, so a later, more general pattern
 # (a bare number) never re-reads part of an earlier, more specific one (a date, a path, a version).
 _FACT_PATTERNS: list[tuple[str, int, re.Pattern[str]]] = [
-    ("url", 5, re.compile(r"\bhttps?://[^\s<>\"'`)\]]+[^\s<>\"'`)\].,;:!?]")),
+    ("url", 5, re.compile(rf"\bhttps?://{URL_TAIL}")),
     ("path", 5, re.compile(r"(?<![\w/])[A-Za-z]:\\(?:[\w .-]+\\)*[\w .-]*\w")),
     (
         "path",
@@ -51,7 +55,7 @@ _FACT_PATTERNS: list[tuple[str, int, re.Pattern[str]]] = [
             r"(?=$|[\s,;:!?)\]'\"`]|\.(?:\s|$))"
         ),
     ),
-    ("path", 4, re.compile(rf"(?<![\w/.-])[\w-]+(?:\.[\w-]+)*\.{_EXTENSIONS}\b", re.IGNORECASE)),
+    ("path", 4, re.compile(rf"(?<![\w/.-])[\w-]+(?:\.[\w-]+)*\.{FILE_EXTENSION_PATTERN}\b", re.IGNORECASE)),
     ("date", 4, re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?(?:Z|[+-]\d{2}:?\d{2})?)?\b")),
     ("date", 4, re.compile(rf"\b{_MONTHS}\.? \d{{1,2}}(?:st|nd|rd|th)?(?:,? \d{{4}})?\b")),
     ("date", 4, re.compile(rf"\b\d{{1,2}}(?:st|nd|rd|th)? {_MONTHS}(?:,? \d{{4}})?\b")),
@@ -104,25 +108,8 @@ _COMMON_CAPITALISED = frozenset(
         "Hello",
         "Hey",
         "Note",
-        "Monday",
-        "Tuesday",
-        "Wednesday",
-        "Thursday",
-        "Friday",
-        "Saturday",
-        "Sunday",
-        "January",
-        "February",
-        "March",
-        "April",
-        "May",
-        "June",
-        "July",
-        "August",
-        "September",
-        "October",
-        "November",
-        "December",
+        *WEEKDAYS,
+        *MONTHS,
         "The",
         "A",
         "An",
@@ -288,7 +275,7 @@ def _trim_name(value: str, start: int) -> tuple[str, int]:
     while words and (
         words[0] in _COMMON_CAPITALISED
         or words[0].lower() in _LEADING_WORDS
-        or words[0].lower() in _STOPWORDS
+        or words[0].lower() in SUMMARY_STOPWORDS
     ):
         start += len(words[0]) + 1
         words = words[1:]
@@ -357,211 +344,6 @@ class _Sentence:
     first_in_message: bool
     score: float = 0.0
 
-
-_STOPWORDS = frozenset(
-    [
-        "a",
-        "about",
-        "above",
-        "after",
-        "again",
-        "against",
-        "all",
-        "am",
-        "an",
-        "and",
-        "any",
-        "are",
-        "aren't",
-        "as",
-        "at",
-        "be",
-        "because",
-        "been",
-        "before",
-        "being",
-        "below",
-        "between",
-        "both",
-        "but",
-        "by",
-        "can",
-        "can't",
-        "cannot",
-        "could",
-        "couldn't",
-        "did",
-        "didn't",
-        "do",
-        "does",
-        "doesn't",
-        "doing",
-        "don't",
-        "down",
-        "during",
-        "each",
-        "few",
-        "for",
-        "from",
-        "further",
-        "had",
-        "hadn't",
-        "has",
-        "hasn't",
-        "have",
-        "haven't",
-        "having",
-        "he",
-        "he'd",
-        "he'll",
-        "he's",
-        "her",
-        "here",
-        "here's",
-        "hers",
-        "herself",
-        "him",
-        "himself",
-        "his",
-        "how",
-        "how's",
-        "i",
-        "i'd",
-        "i'll",
-        "i'm",
-        "i've",
-        "if",
-        "in",
-        "into",
-        "is",
-        "isn't",
-        "it",
-        "it's",
-        "its",
-        "itself",
-        "let's",
-        "me",
-        "more",
-        "most",
-        "mustn't",
-        "my",
-        "myself",
-        "no",
-        "nor",
-        "not",
-        "of",
-        "off",
-        "on",
-        "once",
-        "only",
-        "or",
-        "other",
-        "ought",
-        "our",
-        "ours",
-        "ourselves",
-        "out",
-        "over",
-        "own",
-        "same",
-        "shan't",
-        "she",
-        "she'd",
-        "she'll",
-        "she's",
-        "should",
-        "shouldn't",
-        "so",
-        "some",
-        "such",
-        "than",
-        "that",
-        "that's",
-        "the",
-        "their",
-        "theirs",
-        "them",
-        "themselves",
-        "then",
-        "there",
-        "there's",
-        "these",
-        "they",
-        "they'd",
-        "they'll",
-        "they're",
-        "they've",
-        "this",
-        "those",
-        "through",
-        "to",
-        "too",
-        "under",
-        "until",
-        "up",
-        "very",
-        "was",
-        "wasn't",
-        "we",
-        "we'd",
-        "we'll",
-        "we're",
-        "we've",
-        "were",
-        "weren't",
-        "what",
-        "what's",
-        "when",
-        "when's",
-        "where",
-        "where's",
-        "which",
-        "while",
-        "who",
-        "who's",
-        "whom",
-        "why",
-        "why's",
-        "with",
-        "won't",
-        "would",
-        "wouldn't",
-        "you",
-        "you'd",
-        "you'll",
-        "you're",
-        "you've",
-        "your",
-        "yours",
-        "yourself",
-        "yourselves",
-        "also",
-        "just",
-        "like",
-        "get",
-        "got",
-        "ok",
-        "okay",
-        "yes",
-        "yeah",
-        "sure",
-        "thanks",
-        "thank",
-        "please",
-        "well",
-        "now",
-        "one",
-        "two",
-        "really",
-        "maybe",
-        "still",
-        "actually",
-        "though",
-        "lot",
-        "lots",
-        "bit",
-    ]
-)
 
 # Cue words by what the summary must keep (DESIGN: requests and intent, decisions, errors and fixes, open
 # tasks). A sentence scores the strongest category it shows, plus a little for each further cue word.
@@ -652,35 +434,13 @@ _CUE_CATEGORIES: tuple[tuple[float, frozenset[str]], ...] = (
 )
 _REQUEST = re.compile(r"(?i)^(?:\W*)(?:can|could|would|will) you\b|\bplease\b|\bi (?:want|need|would like)\b")
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[A-Z0-9\"'(\[`*#-])")
-_CODE_FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
-_MAX_SENTENCE_CHARS = 400
 _ROLE_WEIGHT = {"user": 1.1, "system": 1.0, "assistant": 1.0, "tool": 0.7}
 _ROLE_LABEL = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 
 
-def split_sentences(text: str) -> list[str]:
-    """Sentences of a message. Code blocks are left out (their names are caught by the fact check); lines
-    are kept apart (lists, logs); a dot inside a word (file.py, 3.14, e.g.) does not end a sentence."""
-    text = _CODE_FENCE.sub("\n", text)
-    sentences: list[str] = []
-    for line in text.split("\n"):
-        line = line.strip().lstrip("-*•>#").strip()
-        if not line:
-            continue
-        for piece in _SENTENCE_END.split(line):
-            piece = piece.strip()
-            if len(piece) < 3 or not re.search(r"[A-Za-z0-9]", piece):
-                continue
-            if len(piece) > _MAX_SENTENCE_CHARS:
-                cut = piece.rfind(" ", 0, _MAX_SENTENCE_CHARS)
-                piece = piece[: cut if cut > 100 else _MAX_SENTENCE_CHARS] + " …"
-            sentences.append(piece)
-    return sentences
-
-
 def _terms(sentence: str) -> list[str]:
-    return [w for w in (t.lower() for t in _WORD.findall(sentence)) if w not in _STOPWORDS and len(w) > 1]
+    words = (t.lower() for t in _WORD.findall(sentence))
+    return [w for w in words if w not in SUMMARY_STOPWORDS and len(w) > 1]
 
 
 def _default_counter() -> Callable[[str], int]:
@@ -711,7 +471,7 @@ def summarise(
 def _sentences(messages: Sequence[SourceMessage]) -> list[_Sentence]:
     out: list[_Sentence] = []
     for m_index, message in enumerate(messages):
-        for s_index, text in enumerate(split_sentences(message.text)):
+        for s_index, text in enumerate(summary_sentences(message.text)):
             out.append(
                 _Sentence(
                     index=len(out),

@@ -1,12 +1,11 @@
-"""The offline extractive summariser and the fact extractor: what counts as a fact, how sentences are split
-and scored, the target size, and determinism."""
+"""The offline extractive summariser and the fact extractor: what counts as a fact, how sentences are scored,
+the target size, and determinism (sentence splitting: tests/providers/test_text.py)."""
 
 from providers.summariser import (
     SourceMessage,
     extract_facts,
     fact_present,
     normalise,
-    split_sentences,
     summarise,
 )
 from providers.tokens import count_text
@@ -58,14 +57,6 @@ def test_fact_presence_ignores_case_and_thousands_separators():
     (money,) = [f for f in extract_facts("It costs $12,500 a year.") if f.kind == "number"]
     assert fact_present(money, normalise("the cost is $12500"))
     assert not fact_present(money, normalise("the cost is $1,250"))
-
-
-def test_sentences_split_at_sentence_ends_not_inside_names():
-    sentences = split_sentences(
-        "Open config.yaml and set pi to 3.14. Then restart.\n- a list item\n"
-        "```\ncode = 1. Not prose.\n```\nDone!"
-    )
-    assert sentences == ["Open config.yaml and set pi to 3.14.", "Then restart.", "a list item", "Done!"]
 
 
 def conversation() -> list[SourceMessage]:
