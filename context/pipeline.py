@@ -25,6 +25,7 @@ from prefix_cache.rendering import HistoryMessage, Item, canonical_json, render,
 from prefix_cache.rendering import system_sections as render_system_sections
 from prefix_cache.services import PrefixLevel, PrefixMatch, cache_usage_open, prefix_hints_record
 from prefix_cache.usage import cacheable_tokens
+from providers.faults import service_faults
 from providers.model_table import ModelInfo, is_known_model, model_info
 from providers.tokens import MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS, count_message, truncate_text
 from tenants.errors import ApplicationError
@@ -622,6 +623,9 @@ def context_assemble(*, conversation: Conversation, request: ContextRequest) -> 
             started = time.perf_counter()
             STAGE_FUNCTIONS[name](state)
             state.timings[name] = round((time.perf_counter() - started) * 1000, 3)
+    # Redis faults this request rode out (cache, broker, lock; providers.faults), work queued on commit too.
+    for code, message in service_faults():
+        state.degrade("services", code, message)
     from providers.metrics import context_stages_observe
 
     context_stages_observe(timings=state.timings)

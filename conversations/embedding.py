@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
-from django.db.models import CharField, Min
+from django.db.models import CharField, Exists, Min, OuterRef
 from django.db.models.functions import Cast
 
 from conversations.models import Conversation, Message, MessageVector
@@ -169,6 +169,23 @@ def retrieval_index_status(conversation: Conversation) -> dict[str, Any]:
     return {"messages": messages, "embedded": embedded, "model": embedder.name if embedder else None}
 
 
+def message_vectors_due(*, since: Any, limit: int) -> list[Any]:
+    """Conversations updated since `since` with messages that lack vectors of the current model (newest
+    first, at most `limit`): what a lost or never-sent task left undone. Empty without a model."""
+    embedder = embedder_status().embedder
+    if embedder is None:
+        return []
+    missing = Message.objects.filter(conversation=OuterRef("pk"), kind=Message.Kind.MESSAGE).exclude(
+        vector__model=embedder.name
+    )
+    return list(
+        Conversation.objects.filter(updated_at__gte=since)
+        .filter(Exists(missing))
+        .order_by("-updated_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+
+
 def message_vectors_request(*, conversation_id: Any) -> None:
     """Called when messages were written (on commit): have their vectors computed in the background. While a
     run is queued, later appends are left to it (one cache operation each, not a task message each)."""
@@ -177,7 +194,9 @@ def message_vectors_request(*, conversation_id: Any) -> None:
     if cache.add(vectors_queued_key(conversation_id), 1, timeout=QUEUED_MARK_SECONDS):
         from conversations.tasks import message_vectors_conversation
 
-        task_send(message_vectors_conversation, str(conversation_id))
+        if not task_send(message_vectors_conversation, str(conversation_id)):
+            # The broker is down (logged): the next append or the periodic sweep queues it again.
+            cache.delete(vectors_queued_key(conversation_id))
 
 
 def vectors_queued_key(conversation_id: Any) -> str:

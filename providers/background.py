@@ -1,15 +1,18 @@
 """Work a request queues for later. With a real Celery broker it is a task message; in the embedded mode
 (eager Celery, no broker) eager tasks would run inside the request that queued them, so they run on one
 thread of this process instead (MNEMO_EAGER_TASKS_IN_THREAD; tests turn it off to run them inline). A task
-queued again while it waits runs once."""
+queued again while it waits runs once. A broker that does not answer is logged, never a request error."""
 
 import logging
 import queue
 import threading
+import time
 from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections
+
+from providers.faults import QUEUE_UNAVAILABLE, service_fault
 
 logger = logging.getLogger(__name__)
 
@@ -56,13 +59,36 @@ class _Runner:
 _runner = _Runner()
 
 
-def task_send(task: Any, *args: Any, countdown: float | None = None) -> None:
+# After the broker failed to take a message, messages are not even tried for this long: while Redis is down a
+# request does not wait on it once per task.
+BROKER_PAUSE_SECONDS = 5.0
+_broker_down_until = 0.0
+
+
+def task_send(task: Any, *args: Any, countdown: float | None = None) -> bool:
     """Queue a Celery task: to the broker (after `countdown` seconds), to this process's background thread
-    (embedded mode), or run it now (eager tests)."""
+    (embedded mode), or run it now (eager tests). When the broker does not take it, the failure is logged and
+    recorded (providers.faults: the context response lists it), never raised: the work is found again by
+    the periodic sweeps (summaries' compaction catch-up, conversations' vector sweep). Returns whether the
+    task was queued."""
+    global _broker_down_until
     if settings.CELERY_TASK_ALWAYS_EAGER and settings.MNEMO_EAGER_TASKS_IN_THREAD:
         _runner.submit(task, args)
-    else:
-        task.apply_async(args, countdown=countdown)  # eager (tests): runs now
+        return True
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        task.apply_async(args, countdown=countdown)  # eager (tests): runs now, its errors propagate
+        return True
+    if time.monotonic() < _broker_down_until:
+        service_fault(QUEUE_UNAVAILABLE)
+        return False
+    try:
+        task.apply_async(args, countdown=countdown)
+    except Exception as exc:
+        _broker_down_until = time.monotonic() + BROKER_PAUSE_SECONDS
+        service_fault(QUEUE_UNAVAILABLE, exc)
+        logger.warning("could not queue %s%r: %s", task.name, args, exc)
+        return False
+    return True
 
 
 def background_join() -> None:

@@ -14,6 +14,7 @@ from django.utils.text import Truncator
 from conversations.admin import ConversationAdmin
 from conversations.models import Conversation
 from summaries.models import LlmUsage, SummarySegment
+from summaries.selectors import compaction_status
 from summaries.services import compaction_request
 from tenants.admin_scoping import TenantScopedAdmin
 
@@ -66,6 +67,23 @@ def summary_segments(obj: Conversation) -> str:
     return format_html("<table><thead><tr>{}</tr></thead><tbody>{}</tbody></table>", head, rows)
 
 
+@admin.display(description="Compaction")
+def compaction_state(obj: Conversation) -> str:
+    """Status, counts and the last error of a failed or interrupted run (kept until a run succeeds)."""
+    if obj is None or obj.pk is None:
+        return "—"
+    state = compaction_status(obj)
+    return format_html(
+        "{} · {} compaction(s), {} failure(s){}",
+        state["status"],
+        state["compactions"],
+        state["failures"],
+        format_html(" · last failed {}: {}", state["last_failed_at"], state["last_error"])
+        if state["last_error"]
+        else "",
+    )
+
+
 @admin.action(description="Compact now", permissions=["change"])
 def compact_now(modeladmin: Any, request: HttpRequest, queryset: QuerySet) -> None:
     queued = 0
@@ -93,9 +111,9 @@ def rebuild_summaries(modeladmin: Any, request: HttpRequest, queryset: QuerySet)
 
 # conversations cannot import summaries (it is the lower app), so the summaries app adds its segment table
 # and actions to the conversation admin from here.
-ConversationAdmin.readonly_fields = [*ConversationAdmin.readonly_fields, summary_segments]
+ConversationAdmin.readonly_fields = [*ConversationAdmin.readonly_fields, compaction_state, summary_segments]
 if ConversationAdmin.fields is not None:
-    ConversationAdmin.fields = [*ConversationAdmin.fields, summary_segments]
+    ConversationAdmin.fields = [*ConversationAdmin.fields, compaction_state, summary_segments]
 ConversationAdmin.actions = [*(ConversationAdmin.actions or ()), compact_now, rebuild_summaries]
 
 

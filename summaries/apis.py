@@ -10,6 +10,7 @@ from rest_framework.views import APIView
 from conversations.selectors import access_conversation
 from summaries.locks import LockBusy
 from summaries.models import SummarySegment
+from summaries.selectors import compaction_status
 from summaries.services import CompactionStale, compaction_run, outcome_data, segment_data
 from tenants.api import CONFLICT_RESPONSES, StrictSerializer, error_responses, validated
 from tenants.errors import ApplicationError
@@ -31,6 +32,24 @@ SEGMENT_SCHEMA = inline_serializer(
         "text": serializers.CharField(),
         "superseded_by": serializers.UUIDField(allow_null=True),
         "created_at": serializers.DateTimeField(),
+    },
+)
+
+COMPACTION_STATUS_SCHEMA = inline_serializer(
+    "CompactionStatus",
+    {
+        "status": serializers.ChoiceField(
+            choices=["running", "queued", "failed", "idle"],
+            help_text="failed: the last run failed (last_error); the periodic catch-up retries it.",
+        ),
+        "compactions": serializers.IntegerField(),
+        "failures": serializers.IntegerField(help_text="Failed or interrupted runs, ever."),
+        "last_run_at": serializers.DateTimeField(allow_null=True),
+        "last_source": serializers.CharField(allow_null=True),
+        "last_failed_at": serializers.DateTimeField(allow_null=True),
+        "last_error": serializers.CharField(allow_null=True, help_text="Cleared by the next successful run."),
+        "running_since": serializers.DateTimeField(allow_null=True),
+        "queued_at": serializers.DateTimeField(allow_null=True),
     },
 )
 
@@ -104,10 +123,13 @@ class SummarySegmentListApi(APIView):
     @extend_schema(
         parameters=[OpenApiParameter("all", bool, description="Include superseded segments")],
         responses={
-            200: inline_serializer("SummarySegmentList", {"results": SEGMENT_SCHEMA}),
+            200: inline_serializer(
+                "SummarySegmentList", {"results": SEGMENT_SCHEMA, "compaction": COMPACTION_STATUS_SCHEMA}
+            ),
             **error_responses(),
         },
-        description="The conversation's summary segments (B4), oldest first.",
+        description="The conversation's summary segments (B4), oldest first, and the state of its "
+        "compaction (a failed or interrupted run shows here until a run succeeds).",
     )
     def get(self, request: Any, conversation_id: str) -> Response:
         conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
@@ -116,5 +138,8 @@ class SummarySegmentListApi(APIView):
         if not filters["all"]:
             qs = qs.filter(superseded_by__isnull=True)
         return Response(
-            {"results": [segment_data(s) for s in qs.order_by("start_seq", "level", "created_at")]}
+            {
+                "results": [segment_data(s) for s in qs.order_by("start_seq", "level", "created_at")],
+                "compaction": compaction_status(conversation),
+            }
         )

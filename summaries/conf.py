@@ -60,7 +60,7 @@ def compaction_config(conversation: Conversation) -> CompactionConfig:
         max_input_tokens=settings.MNEMO_SUMMARISER_MAX_INPUT_TOKENS,
         sync_timeout=settings.MNEMO_COMPACTION_SYNC_TIMEOUT_SECONDS,
         incomplete_grace_seconds=settings.MNEMO_COMPACTION_INCOMPLETE_GRACE_SECONDS,
-        lock_ttl=settings.MNEMO_COMPACTION_HARD_TIME_LIMIT + 60,
+        lock_ttl=settings.MNEMO_COMPACTION_LOCK_TTL_SECONDS,
         llm=llm_config(tenant_settings),
         monthly_llm_tokens=_int_setting(
             tenant_settings, "llm_monthly_token_budget", settings.MNEMO_LLM_MONTHLY_TOKENS, 0

@@ -79,7 +79,9 @@ class SummarySegment(models.Model):
 class CompactionState(models.Model):
     """One row per conversation that was ever compacted or queued. `queued_at` collapses duplicate triggers
     (only the request that sets it queues a task); `lease_*` is the per-conversation lock when there is no
-    Redis (an atomic conditional update, so several workers can race for it)."""
+    Redis (an atomic conditional update, so several workers can race for it). `running_since` is committed
+    before a run starts and cleared when it ends, so a run whose worker died is found (by the next run or
+    the catch-up sweep) and recorded as a failure; `last_error` stays until a run succeeds."""
 
     conversation = models.OneToOneField(
         Conversation, on_delete=models.CASCADE, primary_key=True, related_name="compaction_state"
@@ -93,9 +95,20 @@ class CompactionState(models.Model):
     last_error = models.TextField(blank=True)
     failures = models.PositiveIntegerField(default=0)
     compactions = models.PositiveIntegerField(default=0)
+    running_since = models.DateTimeField(null=True, blank=True)
+    last_failed_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"compaction of {self.conversation_id}"
+
+    @property
+    def status(self) -> str:
+        """running, queued, failed (the last run failed; the catch-up sweep retries it) or idle."""
+        if self.running_since is not None:
+            return "running"
+        if self.queued_at is not None:
+            return "queued"
+        return "failed" if self.last_error else "idle"
 
 
 class LlmUsage(models.Model):

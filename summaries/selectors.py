@@ -6,7 +6,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from conversations.models import Conversation, Message
-from summaries.models import SummarySegment
+from summaries.models import CompactionState, SummarySegment
 from summaries.prompts import TEMPLATE_VERSION
 from tenants.models import Tenant
 from tenants.scoping import access_object
@@ -83,3 +83,24 @@ def segments_to_rebuild(
     if only_outdated:
         qs = qs.filter(~Q(template_version=TEMPLATE_VERSION) | Q(source=SummarySegment.Source.TRUNCATION))
     return qs.order_by("conversation_id", "start_seq", "level")
+
+
+def compaction_status(conversation: Conversation | Any) -> dict[str, Any]:
+    """The conversation's compaction as the API and the admin show it: status (running, queued, failed —
+    the catch-up sweep retries it — or idle), counts, and the last error until a run succeeds."""
+    state = CompactionState.objects.filter(pk=conversation.pk).first() or CompactionState()
+
+    def time(value: Any) -> str | None:
+        return value.isoformat().replace("+00:00", "Z") if value else None
+
+    return {
+        "status": state.status,
+        "compactions": state.compactions,
+        "failures": state.failures,
+        "last_run_at": time(state.last_run_at),
+        "last_source": state.last_source or None,
+        "last_failed_at": time(state.last_failed_at),
+        "last_error": state.last_error or None,
+        "running_since": time(state.running_since),
+        "queued_at": time(state.queued_at),
+    }

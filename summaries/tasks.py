@@ -60,9 +60,17 @@ def compaction_catch_up() -> dict:
     return catch_up()
 
 
-@shared_task(bind=True, acks_late=True, max_retries=3, soft_time_limit=1800, time_limit=1900)
-def segments_rebuild(self, conversation_id: str, only_outdated: bool = False) -> int:
+# Bounded like every other task, so the broker's visibility timeout (config/django/base.py) outlasts it: a
+# rebuild that needs longer goes on in a new task from where it stopped (segments made before it started).
+@shared_task(bind=True, acks_late=True, max_retries=3, soft_time_limit=600, time_limit=660)
+def segments_rebuild(
+    self, conversation_id: str, only_outdated: bool = False, made_before: str | None = None
+) -> int:
     """Rebuild a conversation's live segments (admin action "rebuild summaries")."""
+    from django.utils import timezone
+    from django.utils.dateparse import parse_datetime
+
+    from providers.background import task_send
     from summaries.locks import LockBusy
     from summaries.models import SummarySegment
     from summaries.selectors import segments_to_rebuild
@@ -70,12 +78,17 @@ def segments_rebuild(self, conversation_id: str, only_outdated: bool = False) ->
 
     if not SummarySegment.objects.filter(conversation_id=conversation_id).exists():
         return 0
+    made_before = made_before or timezone.now().isoformat()
+    segments = segments_to_rebuild(conversation_id=conversation_id, only_outdated=only_outdated)
     count = 0
-    for segment in segments_to_rebuild(conversation_id=conversation_id, only_outdated=only_outdated):
-        try:
+    try:
+        for segment in segments.filter(created_at__lt=parse_datetime(made_before)):
             count += segment_rebuild(segment=segment) is not None
-        except LockBusy as exc:
-            if self.request.is_eager:
-                return count
-            raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+    except LockBusy as exc:
+        if self.request.is_eager:
+            return count
+        raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+    except SoftTimeLimitExceeded:
+        logger.warning("rebuild of %s goes on in a new task after %d segments", conversation_id, count)
+        task_send(segments_rebuild, conversation_id, only_outdated, made_before)
     return count

@@ -146,11 +146,14 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env_str("REDIS_URL")
 
 if REDIS_URL:
+    # A cache that does not answer is a miss, never a request error (providers/redis_cache.py records it as
+    # a degradation); short timeouts keep a request from waiting on it.
     CACHES = {
         "default": {
-            "BACKEND": "django_redis.cache.RedisCache",
+            "BACKEND": "providers.redis_cache.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": "mnemo",
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 2},
         }
     }
     CHANNEL_LAYERS = {
@@ -169,7 +172,33 @@ CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=not REDIS_URL)
 CELERY_TASK_EAGER_PROPAGATES = True
+# A task is acknowledged when it ends, so a worker that dies mid-run leaves its message to the broker, which
+# hands it out again once the visibility timeout passes (a pool child that dies is requeued at once by the
+# tasks that set reject_on_worker_lost). The timeout must outlast the longest task (hard limits: 660 s) and
+# the longest countdown (retry backoff: 360 s), or a running task would be delivered twice.
 CELERY_TASK_ACKS_LATE = True
+MNEMO_CELERY_VISIBILITY_TIMEOUT = env_int("MNEMO_CELERY_VISIBILITY_TIMEOUT", 720, minimum=5)
+# Redis down: a worker waits for it forever and reconnects, instead of exiting after 100 tries; a request
+# that queues work gives up after ~0.3 s (providers/background.py logs it; the periodic sweeps re-queue).
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": MNEMO_CELERY_VISIBILITY_TIMEOUT,
+    "socket_connect_timeout": 2,
+    "socket_timeout": 10,
+    "retry_on_timeout": True,
+    "health_check_interval": 10,
+}
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 2,
+    "interval_start": 0,
+    "interval_step": 0.1,
+    "interval_max": 0.2,
+}
+# Tasks running when the broker connection drops are redelivered anyway (late acks): stop them.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -183,6 +212,12 @@ CELERY_BEAT_SCHEDULE = {
     "summaries-compaction-catch-up": {
         "task": "summaries.tasks.compaction_catch_up",
         "schedule": env_int("MNEMO_COMPACTION_CATCHUP_SECONDS", 600, minimum=10),
+    },
+    # Messages still without vectors in conversations active within the catch-up lookback (a lost or
+    # never-sent task: the broker was down) are queued again.
+    "conversations-vectors-sweep": {
+        "task": "conversations.tasks.message_vectors_sweep",
+        "schedule": env_int("MNEMO_VECTORS_SWEEP_SECONDS", 600, minimum=10),
     },
     "memory-state-fold": {
         "task": "memory.tasks.state_fold_periodic",
@@ -435,6 +470,9 @@ MNEMO_COMPACTION_INCOMPLETE_GRACE_SECONDS = env_int(
 MNEMO_COMPACTION_SOFT_TIME_LIMIT = env_int("MNEMO_COMPACTION_SOFT_TIME_LIMIT", 180, minimum=10)
 MNEMO_COMPACTION_HARD_TIME_LIMIT = env_int("MNEMO_COMPACTION_HARD_TIME_LIMIT", 240, minimum=20)
 MNEMO_COMPACTION_MAX_RETRIES = env_int("MNEMO_COMPACTION_MAX_RETRIES", 5, minimum=0)
+# The per-conversation compaction lock lives this long unless its holder's heartbeat renews it (every third
+# of it): a killed worker's lock is free again within this many seconds (summaries/locks.py).
+MNEMO_COMPACTION_LOCK_TTL_SECONDS = env_int("MNEMO_COMPACTION_LOCK_TTL_SECONDS", 30, minimum=3)
 # The periodic catch-up looks at conversations active within LOOKBACK seconds, at most LIMIT per run.
 MNEMO_COMPACTION_CATCHUP_LOOKBACK_SECONDS = env_int(
     "MNEMO_COMPACTION_CATCHUP_LOOKBACK_SECONDS", 86400, minimum=60

@@ -594,10 +594,12 @@ def compaction_failure_record(
     *, conversation: Conversation, trigger: str, exc: BaseException, will_retry: bool = False
 ) -> None:
     """Count a failed compaction on the conversation's state and publish compaction.failed."""
+    now = timezone.now()
     CompactionState.objects.get_or_create(conversation=conversation)
     CompactionState.objects.filter(pk=conversation.pk).update(
         last_error=f"{type(exc).__name__}: {exc}"[:2000],
-        last_run_at=timezone.now(),
+        last_run_at=now,
+        last_failed_at=now,
         failures=F("failures") + 1,
     )
     _publish(
@@ -626,9 +628,14 @@ def compaction_run(
     boundary first. A failure is recorded and published (compaction.failed) before it propagates."""
     cfg = compaction_config(conversation)
     with compaction_lock(conversation.pk, ttl=cfg.lock_ttl):
+        # Holding the lock, a run still marked as running is one whose worker died.
+        compaction_interrupted_record(conversation=conversation, trigger=trigger)
         plan = compaction_plan(conversation, cfg)
         if plan is None or plan.b6_tokens < min_tokens:
             return None
+        # Committed before the run (unless a caller's transaction holds it), so a killed worker leaves it.
+        marked = CompactionState.objects.filter(pk=conversation.pk)
+        marked.update(running_since=timezone.now())
         try:
             return _run(conversation, plan, cfg, trigger=trigger, instructions=instructions, sync=sync)
         except CompactionStale:
@@ -638,6 +645,30 @@ def compaction_run(
                 conversation=conversation, trigger=trigger, exc=exc, will_retry=will_retry
             )
             raise
+        finally:
+            marked.update(running_since=None)
+
+
+class CompactionInterrupted(Exception):
+    """A compaction run started and never finished: its worker was killed or lost."""
+
+
+def compaction_interrupted_record(
+    *, conversation: Conversation, trigger: str, older_than: timedelta | None = None
+) -> bool:
+    """Record a failure for a run marked as running (since before `older_than` ago) that is not running any
+    more, and clear its mark. The caller knows it is dead: it holds the lock, or the mark is older than any
+    run may last. Returns whether there was one."""
+    marked = CompactionState.objects.filter(pk=conversation.pk, running_since__isnull=False)
+    if older_than is not None:
+        marked = marked.filter(running_since__lt=timezone.now() - older_than)
+    since = marked.values_list("running_since", flat=True).first()
+    if since is None or not marked.filter(running_since=since).update(running_since=None):
+        return False
+    exc = CompactionInterrupted(f"the run started at {since.isoformat()} did not finish (worker lost)")
+    logger.warning("compaction of %s was interrupted: %s", conversation.pk, exc)
+    compaction_failure_record(conversation=conversation, trigger=trigger, exc=exc, will_retry=True)
+    return True
 
 
 # --- background ---------------------------------------------------------------------------------------------
@@ -663,12 +694,10 @@ def compaction_request(
     def send() -> None:
         from summaries.tasks import compact_conversation
 
-        try:
-            task_send(compact_conversation, conversation_id, trigger, history_budget)
-        except Exception:
-            # The broker is down: let the next trigger try again instead of waiting for the flag to go stale.
+        if not task_send(compact_conversation, conversation_id, trigger, history_budget):
+            # The broker is down (logged): let the next trigger or the catch-up sweep queue it again instead
+            # of waiting for the flag to go stale.
             CompactionState.objects.filter(pk=conversation_id, queued_at=now).update(queued_at=None)
-            raise
 
     transaction.on_commit(send, robust=True)
     return True
@@ -704,13 +733,20 @@ def compaction_run_queued(
 
 
 def compaction_catch_up(*, limit: int | None = None) -> dict[str, int]:
-    """Periodic (beat): queue compaction for recently active conversations whose B6 reached the background
-    threshold without a context call noticing, and rebuild truncation segments."""
+    """Periodic (beat), the sweep that loses nothing: record runs whose worker died, then queue compaction
+    for recently active conversations and those whose last run failed, when their B6 reached the background
+    threshold without a queued task (the broker was down, the task was lost or gave up); and rebuild
+    truncation segments."""
     limit = limit or settings.MNEMO_COMPACTION_CATCHUP_LIMIT
+    interrupted = _interrupted_sweep(limit)
     since = timezone.now() - timedelta(seconds=settings.MNEMO_COMPACTION_CATCHUP_LOOKBACK_SECONDS)
     queued = 0
     candidates = (
-        Conversation.objects.filter(updated_at__gte=since, archived_at__isnull=True)
+        Conversation.objects.filter(archived_at__isnull=True)
+        .filter(
+            Q(updated_at__gte=since)
+            | Q(compaction_state__last_error__gt="", compaction_state__running_since__isnull=True)
+        )
         .select_related("tenant")
         .order_by("-updated_at")[:limit]
     )
@@ -728,7 +764,21 @@ def compaction_catch_up(*, limit: int | None = None) -> dict[str, int]:
             rebuilt += 1
         except Exception:
             logger.exception("rebuilding truncation segment %s failed", segment.id)
-    return {"queued": queued, "rebuilt": rebuilt}
+    return {"interrupted": interrupted, "queued": queued, "rebuilt": rebuilt}
+
+
+def _interrupted_sweep(limit: int) -> int:
+    """Runs marked as running for longer than a run may last (its hard time limit and one lock TTL)."""
+    longest = timedelta(
+        seconds=settings.MNEMO_COMPACTION_HARD_TIME_LIMIT + settings.MNEMO_COMPACTION_LOCK_TTL_SECONDS
+    )
+    stale = CompactionState.objects.filter(running_since__lt=timezone.now() - longest).select_related(
+        "conversation"
+    )[:limit]
+    return sum(
+        compaction_interrupted_record(conversation=state.conversation, trigger="catch-up", older_than=longest)
+        for state in stale
+    )
 
 
 # --- rebuild and replay -------------------------------------------------------------------------------------
