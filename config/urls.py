@@ -20,6 +20,7 @@ urlpatterns = [
     path("api/v1/", include("cold_storage.urls")),
     path("api/v1/", include("summaries.urls")),
     path("api/v1/", include("memory.urls")),
+    path("api/v1/", include("knowledge.urls")),
     path("api/v1/", include("prefix_cache.urls")),
     path("api/v1/", include("context.urls")),
     path("healthz", ops.healthz, name="healthz"),

@@ -27,6 +27,8 @@ EVENT_TYPES = (
     "compaction.completed",
     "compaction.failed",
     "summary.updated",
+    # a document of the conversation changed status (the knowledge app publishes it)
+    "document.updated",
 )
 
 

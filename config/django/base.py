@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "conversations",
     "summaries",
     "memory",
+    "knowledge",
     "prefix_cache",
     "context",
 ]

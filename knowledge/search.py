@@ -1,0 +1,355 @@
+"""Knowledge search: every chunk of a tenant's ready documents is a candidate, ranked three ways and fused
+with reciprocal rank fusion (k = 60): BM25 over identifier-aware terms (knowledge.identifiers), trigram
+similarity of the question to the chunk's symbol (pg_trgm on PostgreSQL when the extension is there, the
+same measure computed here otherwise) and cosine similarity of the local embedding vectors.
+
+The index lives in this process, one per tenant (least recently used ones dropped), and follows the
+database by documents: a cheap fingerprint of the tenant's ready documents (count, chunks, newest) is read
+on each search, and only when it moved are the new documents' chunks read and the deleted ones' masked.
+Several server processes each keep their own copy; the database stays the only truth."""
+
+import math
+import threading
+from array import array
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.db import connection
+from django.db.models import Count, Max, Sum
+
+from knowledge.identifiers import query_terms, symbol_words, terms, trigrams
+from knowledge.models import Chunk, Document, scope_key
+from providers.embeddings import embed_query, embedder_status, from_bytes
+
+K1 = 1.2
+B = 0.75
+RRF_K = 60
+FUSION_DEPTH = 200
+LEXICAL_WEIGHT = 1.0
+VECTOR_WEIGHT = 1.0
+SYMBOL_WEIGHT = 1.0
+# pg_trgm's default similarity threshold: below it a symbol is not a fuzzy match.
+SYMBOL_THRESHOLD = 0.3
+KIND_CODES = {Document.Kind.DOCUMENT: 0, Document.Kind.CODE: 1}
+
+
+class KnowledgeIndex:
+    """The chunks of one tenant's ready documents: BM25 postings, symbol trigram postings, vectors."""
+
+    def __init__(self, tenant_id: Any) -> None:
+        self.tenant_id = tenant_id
+        self.fingerprint: tuple[Any, ...] | None = None
+        self.documents: dict[str, list[int]] = {}  # document id -> its positions
+        self.chunk_ids = array("q")
+        self.position_of: dict[int, int] = {}  # chunk id -> position
+        self.scope_codes = array("i")
+        self.kinds = array("b")
+        self.lengths = array("i")
+        self.alive = array("b")
+        self.scopes: dict[str, int] = {}
+        self.postings: dict[str, tuple[array, array]] = {}
+        self.symbol_postings: dict[str, array] = {}
+        self.symbol_sizes = array("i")
+        self.vectors: dict[int, np.ndarray] = {}
+        self.vector_model = ""
+        self._matrix: tuple[np.ndarray, np.ndarray] | None = None
+        self._norm: np.ndarray | None = None
+        self.lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.chunk_ids)
+
+    # --- keeping up ---------------------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        ready = Document.objects.filter(tenant_id=self.tenant_id, status=Document.Status.READY)
+        fingerprint = tuple(
+            ready.aggregate(n=Count("id"), c=Sum("chunk_count"), t=Max("processed_at")).values()
+        )
+        if fingerprint == self.fingerprint:
+            return
+        current = {str(pk) for pk in ready.values_list("id", flat=True)}
+        for gone in set(self.documents) - current:
+            for position in self.documents.pop(gone):
+                self.alive[position] = 0
+        new = current - set(self.documents)
+        if new:
+            self._load(new)
+        self.fingerprint = fingerprint
+
+    def _load(self, document_ids: set[str]) -> None:
+        model = getattr(embedder_status().embedder, "name", "")
+        if model != self.vector_model:
+            self.vector_model, self.vectors, self._matrix = model, {}, None
+        rows = (
+            Chunk.objects.filter(document_id__in=document_ids)
+            .order_by("document_id", "ordinal")
+            .values_list(
+                "id", "document_id", "scope_key", "kind", "path", "symbol", "heading", "content",
+                "embedding", "embedding_model",
+            )
+        )  # fmt: skip
+        for row in rows.iterator(chunk_size=1000):
+            self._add(*row)
+        for document_id in document_ids:
+            self.documents.setdefault(document_id, [])
+        self._norm = None
+        self._matrix = None
+
+    def _add(self, pk: int, document_id: Any, scope: str, kind: str, path: str, symbol: str, heading: str,
+             content: str, embedding: Any, model: str) -> None:  # fmt: skip
+        position = len(self.chunk_ids)
+        self.documents.setdefault(str(document_id), []).append(position)
+        self.chunk_ids.append(pk)
+        self.position_of[pk] = position
+        self.scope_codes.append(self.scopes.setdefault(scope, len(self.scopes)))
+        self.kinds.append(KIND_CODES.get(kind, 0))
+        self.alive.append(1)
+        counts = Counter(terms(f"{path}\n{symbol}\n{heading}\n{content}"))
+        self.lengths.append(sum(counts.values()))
+        for term, tf in counts.items():
+            posting = self.postings.get(term)
+            if posting is None:
+                posting = self.postings[term] = (array("i"), array("i"))
+            posting[0].append(position)
+            posting[1].append(tf)
+        grams = trigrams(symbol_words(symbol)) if symbol else frozenset()
+        self.symbol_sizes.append(len(grams))
+        for gram in grams:
+            self.symbol_postings.setdefault(gram, array("i")).append(position)
+        if embedding is not None and model == self.vector_model:
+            self.vectors[position] = from_bytes(embedding)
+
+    # --- ranking ----------------------------------------------------------------------------------------
+
+    def bm25(self, words: list[str]) -> np.ndarray:
+        """BM25 of every chunk as a share of the most the query's terms could score (0 to 1)."""
+        count = len(self.chunk_ids)
+        scores = np.zeros(count, dtype=np.float32)
+        if not count:
+            return scores
+        if self._norm is None or len(self._norm) != count:
+            lengths = np.frombuffer(self.lengths, dtype=np.int32).astype(np.float32)
+            self._norm = K1 * (1 - B + B * lengths / max(float(lengths.mean()), 1.0))
+        ceiling = 0.0
+        for term in set(words):
+            posting = self.postings.get(term)
+            if posting is None:
+                continue
+            where = np.frombuffer(posting[0], dtype=np.int32)
+            tf = np.frombuffer(posting[1], dtype=np.int32).astype(np.float32)
+            idf = math.log(1 + (count - len(where) + 0.5) / (len(where) + 0.5))
+            scores[where] += idf * tf * (K1 + 1) / (tf + self._norm[where])
+            ceiling += idf * (K1 + 1)
+        return scores / ceiling if ceiling else scores
+
+    def symbol_similarity(self, query: str) -> np.ndarray:
+        """pg_trgm's similarity of the question's words to each chunk's symbol words."""
+        scores = np.zeros(len(self.chunk_ids), dtype=np.float32)
+        grams = trigrams(symbol_words(query))
+        if not grams or not scores.size:
+            return scores
+        overlap = np.zeros(len(self.chunk_ids), dtype=np.float32)
+        for gram in grams:
+            posting = self.symbol_postings.get(gram)
+            if posting is not None:
+                overlap[np.frombuffer(posting, dtype=np.int32)] += 1
+        sizes = np.frombuffer(self.symbol_sizes, dtype=np.int32).astype(np.float32)
+        hit = overlap > 0
+        scores[hit] = overlap[hit] / (len(grams) + sizes[hit] - overlap[hit])
+        scores[scores < SYMBOL_THRESHOLD] = 0
+        return scores
+
+    def similarity(self, query_vector: np.ndarray | None) -> np.ndarray:
+        scores = np.zeros(len(self.chunk_ids), dtype=np.float32)
+        if query_vector is None or not self.vectors:
+            return scores
+        if self._matrix is None:
+            keys = np.fromiter(self.vectors.keys(), dtype=np.int64, count=len(self.vectors))
+            self._matrix = (keys, np.vstack([self.vectors[k] for k in keys.tolist()]).astype(np.float32))
+        keys, matrix = self._matrix
+        if matrix.shape[1] == len(query_vector):
+            scores[keys] = matrix @ query_vector.astype(np.float32)
+        return scores
+
+    def eligible(self, scope_keys: set[str], kinds: set[str] | None) -> np.ndarray:
+        codes = [self.scopes[k] for k in scope_keys if k in self.scopes]
+        mask = np.isin(np.frombuffer(self.scope_codes, dtype=np.int32), codes)
+        mask &= np.frombuffer(self.alive, dtype=np.int8).astype(bool)
+        if kinds:
+            wanted = [KIND_CODES[k] for k in kinds if k in KIND_CODES]
+            mask &= np.isin(np.frombuffer(self.kinds, dtype=np.int8), wanted)
+        return mask
+
+
+def _ranks(scores: np.ndarray, eligible: np.ndarray, depth: int) -> np.ndarray:
+    """1-based rank among the eligible chunks with a positive score, for the best `depth` (0: unranked)."""
+    ranks = np.zeros(len(scores), dtype=np.int64)
+    candidates = np.flatnonzero(eligible & (scores > 0))
+    if len(candidates) > depth:
+        candidates = candidates[np.argpartition(-scores[candidates], depth - 1)[:depth]]
+    order = candidates[np.argsort(-scores[candidates], kind="stable")]
+    ranks[order] = np.arange(1, len(order) + 1)
+    return ranks
+
+
+def _pg_trgm_available() -> bool:
+    global _PG_TRGM
+    if connection.vendor != "postgresql":
+        return False
+    if _PG_TRGM is None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'")
+            _PG_TRGM = cursor.fetchone() is not None
+    return _PG_TRGM
+
+
+_PG_TRGM: bool | None = None
+
+
+def _symbol_scores(index: KnowledgeIndex, query: str) -> np.ndarray:
+    """Symbol similarity per chunk: by pg_trgm's GIN index when PostgreSQL has it, else in this process."""
+    words = symbol_words(query)
+    if not words or not _pg_trgm_available():
+        return index.symbol_similarity(query)
+    scores = np.zeros(len(index), dtype=np.float32)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, similarity(symbol_words, %s) FROM knowledge_chunk "
+            "WHERE tenant_id = %s AND symbol_words %% %s ORDER BY 2 DESC LIMIT %s",
+            [words, index.tenant_id, words, FUSION_DEPTH],
+        )
+        for pk, similarity in cursor.fetchall():
+            position = index.position_of.get(pk)
+            if position is not None:
+                scores[position] = similarity
+    return scores
+
+
+@dataclass(frozen=True)
+class KnowledgeHit:
+    chunk: Chunk
+    document_name: str
+    score: float  # fused (RRF)
+    lexical: float  # BM25 as a share of the question's ceiling
+    similarity: float  # cosine to the question (0: no vector)
+    symbol: float  # trigram similarity to the symbol (0: below the threshold or no symbol)
+
+    @property
+    def relevance(self) -> float:
+        """How well the chunk answers, 0 to 1, on a scale that does not depend on the corpus."""
+        return max(self.lexical, self.similarity, self.symbol)
+
+
+def search(
+    index: KnowledgeIndex,
+    *,
+    query: str,
+    query_vector: np.ndarray | None,
+    scope_keys: set[str],
+    kinds: set[str] | None = None,
+    limit: int = 10,
+) -> list[KnowledgeHit]:
+    """The best `limit` chunks in the given scopes, best first."""
+    if not len(index):
+        return []
+    eligible = index.eligible(scope_keys, kinds)
+    lexical = index.bm25(query_terms(query))
+    similarity = index.similarity(query_vector)
+    symbol = _symbol_scores(index, query)
+    fused = np.zeros(len(index), dtype=np.float64)
+    for weight, scores in ((LEXICAL_WEIGHT, lexical), (VECTOR_WEIGHT, similarity), (SYMBOL_WEIGHT, symbol)):
+        ranks = _ranks(scores, eligible, FUSION_DEPTH)
+        ranked = ranks > 0
+        fused[ranked] += weight / (RRF_K + ranks[ranked])
+    best = np.flatnonzero(fused > 0)
+    best = best[np.argsort(-fused[best], kind="stable")][: limit * 2]  # room for chunks deleted meanwhile
+    chunk_ids = [index.chunk_ids[i] for i in best.tolist()]
+    rows = Chunk.objects.defer("embedding").select_related("document").in_bulk(chunk_ids)
+    hits = []
+    for i, pk in zip(best.tolist(), chunk_ids, strict=True):
+        chunk = rows.get(pk)
+        if chunk is None or chunk.document.status != Document.Status.READY:
+            continue
+        hits.append(
+            KnowledgeHit(
+                chunk=chunk,
+                document_name=chunk.document.name,
+                score=round(float(fused[i]), 6),
+                lexical=round(float(lexical[i]), 4),
+                similarity=round(float(similarity[i]), 4),
+                symbol=round(float(symbol[i]), 4),
+            )
+        )
+    return hits[:limit]
+
+
+# --- the per-process cache --------------------------------------------------------------------------------
+
+_indexes: "OrderedDict[str, KnowledgeIndex]" = OrderedDict()
+_indexes_lock = threading.Lock()
+# A rebuilt index drops the postings of deleted documents; rebuild once they are this share of it.
+DEAD_SHARE_REBUILD = 0.5
+
+
+def knowledge_index(tenant_id: Any) -> KnowledgeIndex:
+    """The tenant's index, up to date with the database."""
+    key = str(tenant_id)
+    with _indexes_lock:
+        index = _indexes.get(key)
+        if index is None or (len(index) and index.alive.count(0) > DEAD_SHARE_REBUILD * len(index)):
+            index = _indexes[key] = KnowledgeIndex(tenant_id)
+        _indexes.move_to_end(key)
+        while len(_indexes) > getattr(settings, "MNEMO_KNOWLEDGE_INDEX_TENANTS", 32):
+            _indexes.popitem(last=False)
+    with index.lock:
+        index.sync()
+    return index
+
+
+def knowledge_index_drop(tenant_id: Any) -> None:
+    with _indexes_lock:
+        _indexes.pop(str(tenant_id), None)
+
+
+# --- what the API and the context pipeline call -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KnowledgeResult:
+    hits: list[KnowledgeHit]
+    degradations: list[dict[str, str]]
+
+
+def knowledge_search(
+    *,
+    tenant_id: Any,
+    query: str,
+    end_user_id: Any = None,
+    conversation: Any = None,
+    kinds: set[str] | None = None,
+    limit: int = 10,
+) -> KnowledgeResult:
+    """Chunks in scope for a question: the tenant-wide documents, with an end user also theirs, with a
+    conversation also its own and its end user's."""
+    if conversation is not None:
+        end_user_id = end_user_id or conversation.end_user_id
+    keys = {scope_key()}
+    if end_user_id is not None:
+        keys.add(scope_key(end_user_id=end_user_id))
+    if conversation is not None:
+        keys.add(scope_key(conversation=conversation))
+    index = knowledge_index(tenant_id)
+    degradations = []
+    query_vector = None
+    if len(index):
+        query_vector, reason = embed_query(query)
+        if query_vector is None:
+            degradations.append(
+                {"code": "embeddings_unavailable", "message": f"Lexical search only: {reason}"}
+            )
+    hits = search(index, query=query, query_vector=query_vector, scope_keys=keys, kinds=kinds, limit=limit)
+    return KnowledgeResult(hits, degradations)
