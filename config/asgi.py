@@ -13,6 +13,7 @@ from typing import Any
 
 from a2wsgi import WSGIMiddleware
 from django.contrib.staticfiles.handlers import StaticFilesHandler
+from django.core.handlers.asgi import ASGIHandler
 from django.core.wsgi import get_wsgi_application
 
 # A server runs with production settings unless told otherwise (debug off; a secret key and the allowed
@@ -36,6 +37,8 @@ from django.conf import settings  # noqa: E402
 from conversations.events import events_bind_loop  # noqa: E402
 from conversations.routing import websocket_urlpatterns  # noqa: E402
 
+PROXY_PREFIX = "/v1/"
+
 
 class ThreadedHttp:
     """HTTP requests on MNEMO_HTTP_THREADS reused threads. The server's event loop is handed to the event
@@ -45,9 +48,14 @@ class ThreadedHttp:
     def __init__(self, wsgi_app: Any, threads: int) -> None:
         # Static files (the admin's, Swagger UI's) are answered before Django's middleware.
         self.app = WSGIMiddleware(StaticFilesHandler(wsgi_app), workers=threads)
+        # The chat proxy's async views (/v1/) stream a reply as it arrives: Django's ASGI handler runs them.
+        self.async_app = ASGIHandler()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         events_bind_loop(asyncio.get_running_loop())
+        if scope.get("path", "").startswith(PROXY_PREFIX):
+            await self.async_app(scope, receive, send)
+            return
         headers = dict(scope.get("headers") or ())
         if b"chunked" in headers.get(b"transfer-encoding", b"").lower() and b"content-length" not in headers:
             # The WSGI handler reads Content-Length bytes: a chunked body would arrive empty.

@@ -23,6 +23,8 @@ urlpatterns = [
     path("api/v1/", include("knowledge.urls")),
     path("api/v1/", include("prefix_cache.urls")),
     path("api/v1/", include("context.urls")),
+    # The chat proxy (OpenAI- and Anthropic-compatible): served by Django's ASGI handler (config/asgi.py).
+    path("v1/", include("context.proxy.urls")),
     path("healthz", ops.healthz, name="healthz"),
     path("readyz", ops.readyz, name="readyz"),
     path("metrics", ops.metrics, name="metrics"),

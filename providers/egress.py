@@ -191,3 +191,47 @@ class _GuardedBackend:
 
     def sleep(self, seconds: float) -> None:
         self.inner.sleep(seconds)
+
+
+def guarded_async_http_client(policy: EgressPolicy, *, timeout: float) -> Any:
+    """guarded_http_client for asyncio (the chat proxy streams from a tenant's endpoint): the same check,
+    the host resolved on a worker thread so the event loop does not wait on DNS."""
+    import httpcore
+    import httpx
+
+    transport = httpx.AsyncHTTPTransport()
+    pool = getattr(transport, "_pool", None)
+    if not isinstance(pool, httpcore.AsyncConnectionPool) or not hasattr(pool, "_network_backend"):
+        raise EgressRefused("cannot install the address check on this httpx version")
+    pool._network_backend = _AsyncGuardedBackend(policy, pool._network_backend)
+    return httpx.AsyncClient(transport=transport, trust_env=False, follow_redirects=False, timeout=timeout)
+
+
+class _AsyncGuardedBackend(_GuardedBackend):
+    async def connect_tcp(  # type: ignore[override]
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> Any:
+        import asyncio
+
+        addresses = await asyncio.to_thread(self.policy.checked_addresses, host, port)
+        failure: Exception | None = None
+        for address in addresses:
+            try:
+                return await self.inner.connect_tcp(
+                    address, port, timeout=timeout, local_address=local_address, socket_options=socket_options
+                )
+            except Exception as exc:
+                failure = exc
+        assert failure is not None
+        raise failure
+
+    async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        raise EgressRefused("unix sockets are not tenant endpoints")
+
+    async def sleep(self, seconds: float) -> None:  # type: ignore[override]
+        await self.inner.sleep(seconds)

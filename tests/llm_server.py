@@ -13,7 +13,13 @@ A scripted dict is one reply with tool calls (and optional text), for the memory
 
     llm_server.script(tool_reply(tool_call("core_memory_append", {"label": "profile", "content": "…"})))
     llm_server.script(tool_reply(text="nothing to remember"))      # a reply without tool calls
-    tool_call("x", "{not json")                                     # arguments sent verbatim when a str"""
+    tool_call("x", "{not json")                                     # arguments sent verbatim when a str
+
+Streaming and the Anthropic shape (the chat proxy's upstream): a request with `"stream": true` is answered
+with server-sent events, the reply split into `stream_pieces` chunks; a POST to /v1/messages gets Anthropic's
+Messages shape (JSON or its event stream). `pause` (after `pause_after` chunks, wait for `release` to be set,
+then go on) and `cut` (after `pause_after` chunks, close the connection) act on streams. 429 answers carry
+`retry-after: 7`; `cached_tokens` is reported as the provider reports cache reads."""
 
 import itertools
 import json
@@ -71,6 +77,10 @@ class LLMServer:
         self.completion_tokens = 30
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        self.cached_tokens = 0
+        self.stream_pieces = 4
+        self.pause_after = 3
+        self.release = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -82,7 +92,12 @@ class LLMServer:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with server.lock:
                     server.requests.append(
-                        {"path": self.path, "body": body, "auth": self.headers.get("Authorization")}
+                        {
+                            "path": self.path,
+                            "body": body,
+                            "auth": self.headers.get("Authorization"),
+                            "x_api_key": self.headers.get("x-api-key"),
+                        }
                     )
                     behaviour = server.queue.popleft() if server.queue else server.default
                 server.respond(self, behaviour, body)
@@ -126,13 +141,27 @@ class LLMServer:
                 "completion_tokens": self.completion_tokens,
                 "total_tokens": self.prompt_tokens + self.completion_tokens,
             }
+            if self.cached_tokens:
+                out["usage"]["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
         return out
 
     def respond(
         self, handler: BaseHTTPRequestHandler, behaviour: str | dict[str, Any], body: dict[str, Any]
     ) -> None:
         status, payload, content_type = 200, b"", "application/json"
-        if isinstance(behaviour, dict):
+        anthropic = handler.path.rstrip("/").endswith("/messages")
+        streamed = body.get("stream") is True and behaviour in ("good", "slow", "pause", "cut")
+        if (streamed or isinstance(behaviour, dict)) and body.get("stream") is True:
+            self.stream(handler, behaviour, body, anthropic=anthropic)
+            return
+        if anthropic and behaviour in ("good", "slow"):
+            if behaviour == "slow":
+                time.sleep(self.slow_seconds)
+            behaviour = {"anthropic": self._anthropic_message(body)}
+        if isinstance(behaviour, dict) and "anthropic" in behaviour:
+            payload = json.dumps(behaviour["anthropic"]).encode()
+            behaviour = "scripted"
+        elif isinstance(behaviour, dict):
             message = {"role": "assistant", "content": behaviour.get("content")}
             if behaviour.get("tool_calls"):
                 message["tool_calls"] = behaviour["tool_calls"]
@@ -168,10 +197,175 @@ class LLMServer:
             handler.send_response(status)
             handler.send_header("Content-Type", content_type)
             handler.send_header("Content-Length", str(len(payload)))
+            if status == 429:
+                handler.send_header("retry-after", "7")
             handler.end_headers()
             handler.wfile.write(payload)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (a timeout test)
+
+    # --- streams and the Anthropic shape ------------------------------------------------------------------
+
+    def _usage(self, anthropic: bool) -> dict[str, Any]:
+        if anthropic:
+            return {
+                "input_tokens": self.prompt_tokens - self.cached_tokens,
+                "output_tokens": self.completion_tokens,
+                "cache_read_input_tokens": self.cached_tokens,
+                "cache_creation_input_tokens": 0,
+            }
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        }
+
+    def _anthropic_message(self, body: dict[str, Any], calls: list[dict[str, Any]] | None = None) -> dict:
+        content: list[dict[str, Any]] = [{"type": "text", "text": self.reply}] if self.reply else []
+        for call in calls or []:
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": call["id"],
+                    "name": call["function"]["name"],
+                    "input": json.loads(call["function"]["arguments"]),
+                }
+            )
+        return {
+            "id": "msg_test",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model", "test-model"),
+            "content": content,
+            "stop_reason": "tool_use" if calls else "end_turn",
+            "stop_sequence": None,
+            "usage": self._usage(anthropic=True),
+        }
+
+    def pieces(self) -> list[str]:
+        """The reply in `stream_pieces` chunks (joined, they are the reply)."""
+        size = max(1, -(-len(self.reply) // self.stream_pieces))
+        return [self.reply[i : i + size] for i in range(0, len(self.reply), size)]
+
+    def _openai_events(self, body: dict[str, Any], calls: list[dict[str, Any]]) -> list[str]:
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+            return json.dumps(
+                {
+                    "id": "chatcmpl-test",
+                    "object": "chat.completion.chunk",
+                    "created": 1700000000,
+                    "model": body.get("model", "test-model"),
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                }
+            )
+
+        events = [chunk({"role": "assistant", "content": ""})]
+        events += [chunk({"content": piece}) for piece in self.pieces()]
+        for index, call in enumerate(calls):
+            head = {
+                "index": index,
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""},
+            }
+            events.append(chunk({"tool_calls": [head]}))
+            events.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {"index": index, "function": {"arguments": call["function"]["arguments"]}}
+                        ]
+                    }
+                )
+            )
+        events.append(chunk({}, "tool_calls" if calls else "stop"))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            events.append(
+                json.dumps(
+                    {
+                        "id": "chatcmpl-test",
+                        "object": "chat.completion.chunk",
+                        "created": 1700000000,
+                        "model": body.get("model", "test-model"),
+                        "choices": [],
+                        "usage": self._usage(anthropic=False),
+                    }
+                )
+            )
+        return [f"data: {e}\n\n" for e in [*events, "[DONE]"]]
+
+    def _anthropic_events(self, body: dict[str, Any], calls: list[dict[str, Any]]) -> list[str]:
+        message = self._anthropic_message(body, calls)
+        start = {
+            **message,
+            "content": [],
+            "stop_reason": None,
+            "usage": {**message["usage"], "output_tokens": 1},
+        }
+        events: list[dict[str, Any]] = [{"type": "message_start", "message": start}, {"type": "ping"}]
+        if self.reply:
+            events.append(
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+            )
+            events += [
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}
+                for piece in self.pieces()
+            ]
+            events.append({"type": "content_block_stop", "index": 0})
+        for block in message["content"]:
+            if block["type"] != "tool_use":
+                continue
+            index = len([e for e in events if e["type"] == "content_block_start"])
+            events.append(
+                {"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}}
+            )
+            events.append(
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])},
+                }
+            )
+            events.append({"type": "content_block_stop", "index": index})
+        events.append(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": self.completion_tokens},
+            }
+        )
+        events.append({"type": "message_stop"})
+        return [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events]
+
+    def stream(
+        self, handler: BaseHTTPRequestHandler, behaviour: str | dict[str, Any], body: dict, *, anthropic: bool
+    ) -> None:
+        """A reply as server-sent events (HTTP/1.0: the stream ends when the connection closes)."""
+        calls = behaviour.get("tool_calls", []) if isinstance(behaviour, dict) else []
+        saved = self.reply
+        if isinstance(behaviour, dict):
+            self.reply = behaviour.get("content") or ""
+        try:
+            events = self._anthropic_events(body, calls) if anthropic else self._openai_events(body, calls)
+        finally:
+            self.reply = saved
+        if behaviour == "slow":
+            time.sleep(self.slow_seconds)
+        try:
+            handler.send_response(200)
+            handler.send_header("Content-Type", "text/event-stream")
+            handler.end_headers()
+            for sent, event in enumerate(events):
+                if behaviour in ("pause", "cut") and sent == self.pause_after:
+                    if behaviour == "cut":
+                        handler.connection.shutdown(socket.SHUT_RDWR)
+                        return
+                    self.release.wait(timeout=30)
+                handler.wfile.write(event.encode())
+                handler.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            pass  # the proxy went away (a disconnect test)
 
     def start(self) -> "LLMServer":
         self.thread.start()

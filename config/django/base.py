@@ -377,6 +377,12 @@ LLM_MODEL = env_str("LLM_MODEL")
 LLM_TIMEOUT_SECONDS = env_int("LLM_TIMEOUT_SECONDS", 30, minimum=1)
 LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 2, minimum=0)
 LLM_RETRY_BACKOFF_SECONDS = env_int("LLM_RETRY_BACKOFF_MS", 1000, minimum=0) / 1000
+# The chat proxy (/v1, docs/proxy.md): /v1/messages calls an Anthropic-format endpoint (a tenant's
+# anthropic_base_url / anthropic_api_key win, under the same egress rules as llm_base_url); no request waits
+# on the upstream longer than the deadline (a stream included).
+ANTHROPIC_BASE_URL = env_str("ANTHROPIC_BASE_URL", "https://api.anthropic.com")
+ANTHROPIC_API_KEY = env_str("ANTHROPIC_API_KEY")
+MNEMO_PROXY_DEADLINE_SECONDS = env_int("MNEMO_PROXY_DEADLINE_SECONDS", 300, minimum=1)
 # Tokens of background LLM work per tenant and calendar month (tenant setting llm_monthly_token_budget wins);
 # once spent, summaries are made offline until the month ends. 0 = no background LLM use.
 MNEMO_LLM_MONTHLY_TOKENS = env_int("MNEMO_LLM_MONTHLY_TOKENS", 2_000_000, minimum=0)

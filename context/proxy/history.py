@@ -1,0 +1,123 @@
+"""Which of the client's messages Mnemo has not seen, appended once.
+
+Each message the proxy stores carries the idempotency key `px:<position>:<chain>`, where the chain hash covers
+the message and every message before it in the client's list. A client that sends the whole list (as SDKs
+do) finds its longest already-stored prefix by key; one that sends only the new turn matches no key at
+position 0 and its messages continue the stored chain. A retried request appends nothing twice (its keys
+exist), and a concurrent duplicate meets the unique key."""
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from conversations.models import Conversation, Message
+from conversations.services import message_append_batch
+from prefix_cache.rendering import canonical_json
+
+KEY_PREFIX = "px:"
+_ROOT = "mnemo-proxy"
+
+
+def message_hash(item: dict[str, Any]) -> str:
+    return hashlib.sha256(
+        canonical_json({"r": item["role"], "c": item["content"], "p": item["parts"]}).encode()
+    ).hexdigest()
+
+
+def chain_keys(items: list[dict[str, Any]], *, start: int = 0, chain: str = _ROOT) -> list[str]:
+    keys = []
+    for offset, item in enumerate(items):
+        # 48 hex digits (192 bits) carried on, so a chain continues from any stored key.
+        chain = hashlib.sha256(f"{chain}\x00{message_hash(item)}".encode()).hexdigest()[:48]
+        keys.append(f"{KEY_PREFIX}{start + offset}:{chain}")
+    return keys
+
+
+def key_chain(key: str) -> tuple[int, str]:
+    """(position, chain hash) of a proxy key."""
+    _, position, chain = key.split(":", 2)
+    return int(position), chain
+
+
+def _exists(conversation: Conversation, key: str) -> bool:
+    return Message.objects.filter(conversation=conversation, idempotency_key=key).exists()
+
+
+def _seen_prefix(conversation: Conversation, keys: list[str]) -> int:
+    """How many leading messages of the client's list are stored (their keys exist; if one does, all
+    before it do). The whole list and all but the new turn are tried first, then a bisection."""
+    if not keys:
+        return 0
+    if _exists(conversation, keys[-1]):
+        return len(keys)
+    if len(keys) > 1 and _exists(conversation, keys[-2]):
+        return len(keys) - 1
+    low, high = 0, len(keys) - 2  # keys[:low] seen; keys[high:] not
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _exists(conversation, keys[middle - 1]):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _newest(conversation: Conversation, count: int) -> list[Message]:
+    return list(
+        Message.objects.filter(conversation=conversation, kind=Message.Kind.MESSAGE)
+        .order_by("-seq")
+        .only("id", "seq", "role", "idempotency_key")[:count]
+    )
+
+
+def _continuation(conversation: Conversation) -> tuple[int, str]:
+    """Where a new-turn-only list continues: after the newest stored message, from its chain."""
+    newest = _newest(conversation, 1)
+    last = newest[0] if newest else None
+    if last is None:
+        return 0, _ROOT
+    key = last.idempotency_key or ""
+    if key.startswith(KEY_PREFIX):
+        position, chain = key_chain(key)
+        return position + 1, chain
+    count = Message.objects.filter(conversation=conversation, kind=Message.Kind.MESSAGE).count()
+    return count, hashlib.sha256(f"{_ROOT}\x00{last.id}".encode()).hexdigest()[:48]
+
+
+@dataclass(frozen=True)
+class Synced:
+    appended: int
+    # The key the assistant's reply gets (it continues the client's chain).
+    next_position: int
+    chain: str
+
+
+def history_sync(*, conversation: Conversation, items: list[dict[str, Any]]) -> Synced:
+    keys = chain_keys(items)
+    seen = _seen_prefix(conversation, keys)
+    # The same request again (a retry, or a regenerate): its last message is the newest stored one, or the
+    # one the stored reply answers.
+    if seen == len(items) and keys[-1] in {m.idempotency_key for m in _newest(conversation, 2)}:
+        new, new_keys = [], []
+    elif seen > 0 and seen == len(items):
+        # The client's whole list is an older prefix, not the latest request: a new turn that happens to
+        # repeat the conversation's first message(s).
+        position, chain = _continuation(conversation)
+        new, new_keys = items, chain_keys(items, start=position, chain=chain)
+    elif seen > 0:
+        new, new_keys = items[seen:], keys[seen:]
+    else:
+        position, chain = _continuation(conversation)
+        new, new_keys = items, chain_keys(items, start=position, chain=chain)
+    if new:
+        batch = [{**item, "idempotency_key": key} for item, key in zip(new, new_keys, strict=True)]
+        message_append_batch(conversation=conversation, items=batch)
+    last_key = new_keys[-1] if new_keys else (keys[-1] if keys else None)
+    if last_key is None:
+        return Synced(appended=0, next_position=0, chain=_ROOT)
+    position, chain = key_chain(last_key)
+    return Synced(appended=len(new), next_position=position + 1, chain=chain)
+
+
+def reply_key(synced: Synced, item: dict[str, Any]) -> str:
+    return chain_keys([item], start=synced.next_position, chain=synced.chain)[0]

@@ -1,0 +1,202 @@
+"""The /v1 endpoints: async Django views, served by Django's ASGI handler (config/asgi.py), so a reply
+streams from the upstream to the client chunk by chunk while the worker thread only does the database
+work before and after. Errors answer in the calling SDK's own shape."""
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from context.proxy import upstream as calls
+from context.proxy.errors import ProxyError, error_event, error_response
+from context.proxy.services import Prepared, deadline_seconds, proxy_finish, proxy_prepare, tenant_models
+from context.proxy.upstream import Reply
+from context.proxy.wire import ANTHROPIC, OPENAI, ProxyRequest, anthropic_request, openai_request
+from tenants.authentication import authenticate_raw_key, bearer_token
+from tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
+
+CONVERSATION_HEADER = "X-Mnemo-Conversation"
+USER_HEADER = "X-Mnemo-User"
+
+
+async def _tenant(request: HttpRequest) -> Tenant:
+    """The Mnemo API key as the SDK sends it: `Authorization: Bearer` (OpenAI) or `x-api-key` (Anthropic)."""
+    raw = bearer_token(request.headers.get("Authorization")) or request.headers.get("x-api-key")
+    api_key = await sync_to_async(authenticate_raw_key)(raw.strip() if raw else None)
+    if api_key is None:
+        raise ProxyError("Unknown, revoked or missing Mnemo API key.", code="invalid_api_key", status=401)
+    return api_key.tenant
+
+
+def _json(request: HttpRequest) -> Any:
+    try:
+        return json.loads(request.body or b"null")
+    except ValueError:
+        raise ProxyError("The request body is not valid JSON.", code="malformed_json", status=400) from None
+
+
+async def _proxy(request: HttpRequest, parse: Callable[..., ProxyRequest], fmt: str) -> HttpResponse:
+    if request.method != "POST":
+        return error_response(ProxyError("Use POST.", code="method_not_allowed", status=405), fmt)
+    try:
+        tenant = await _tenant(request)
+        proxy_request = parse(_json(request), header_user=request.headers.get(USER_HEADER) or None)
+        prepared = await sync_to_async(proxy_prepare)(
+            tenant=tenant,
+            request=proxy_request,
+            conversation_id=request.headers.get(CONVERSATION_HEADER) or None,
+        )
+        headers = {CONVERSATION_HEADER: str(prepared.conversation.pk)}
+        loop = asyncio.get_running_loop()
+        deadline_at = loop.time() + deadline_seconds()
+        if not proxy_request.stream:
+            payload = await _whole(prepared, deadline_at)
+            return JsonResponse(payload, headers=headers)
+        opened = await _within(calls.open_stream(prepared.upstream, prepared.body), prepared, deadline_at)
+    except ProxyError as exc:
+        return error_response(exc, fmt)
+    response = StreamingHttpResponse(_relay(prepared, opened, deadline_at), content_type="text/event-stream")
+    for name, value in {**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}.items():
+        response[name] = value
+    return response
+
+
+async def _within(awaitable: Any, prepared: Prepared, deadline_at: float) -> Any:
+    try:
+        async with asyncio.timeout_at(deadline_at):
+            return await awaitable
+    except TimeoutError:
+        raise calls.timeout_error(prepared.upstream) from None
+
+
+async def _whole(prepared: Prepared, deadline_at: float) -> Any:
+    payload = await _within(calls.post(prepared.upstream, prepared.body), prepared, deadline_at)
+    reply = Reply()
+    if prepared.request.fmt == ANTHROPIC:
+        reply.add_anthropic_message(payload)
+    else:
+        reply.add_openai_chunk(payload)
+    await sync_to_async(proxy_finish)(prepared=prepared, reply=reply, completed=True)
+    return payload
+
+
+def _relayed(prepared: Prepared, reply: Reply, event: str | None, data: str) -> tuple[bytes | None, bool]:
+    """(the bytes to send on, whether the upstream said it is done) for one upstream event, which also
+    feeds the reply."""
+    if prepared.request.fmt == ANTHROPIC:
+        payload = json.loads(data)
+        if payload.get("type") == "error":
+            raise _StreamFailed(f"event: error\ndata: {data}\n\n".encode())
+        reply.add_anthropic_event(payload)
+        return f"event: {event or payload.get('type')}\ndata: {data}\n\n".encode(), payload.get(
+            "type"
+        ) == "message_stop"
+    if data.strip() == "[DONE]":
+        return b"data: [DONE]\n\n", True
+    payload = json.loads(data)
+    if payload.get("error"):
+        raise _StreamFailed(f"data: {data}\n\n".encode())
+    reply.add_openai_chunk(payload)
+    if not payload.get("choices") and payload.get("usage") and not prepared.request.include_usage:
+        return None, False  # usage the client did not ask for: recorded, not relayed
+    return f"data: {data}\n\n".encode(), False
+
+
+class _StreamFailed(Exception):
+    def __init__(self, event: bytes) -> None:
+        self.event = event
+
+
+async def _relay(prepared: Prepared, opened: calls.Opened, deadline_at: float) -> AsyncIterator[bytes]:
+    """The upstream's events as they arrive. However the stream ends (done, upstream failure, deadline,
+    the client gone), what was said is stored: completed only when the upstream finished."""
+    reply, done, failure = Reply(), False, None
+    events = opened.events.__aiter__()
+    try:
+        while not done:
+            try:
+                async with asyncio.timeout_at(deadline_at):
+                    event, data = await events.__anext__()
+            except StopAsyncIteration:
+                break
+            out, done = _relayed(prepared, reply, event, data)
+            if out:
+                yield out
+        if not done:
+            failure = "upstream_ended"
+            yield error_event(
+                ProxyError("The upstream ended the stream early.", code="upstream_ended", status=502),
+                prepared.request.fmt,
+            )
+    except _StreamFailed as exc:
+        failure = "upstream_error"
+        yield exc.event
+    except TimeoutError:
+        failure = "timeout"
+        yield error_event(calls.timeout_error(prepared.upstream), prepared.request.fmt)
+    except (asyncio.CancelledError, GeneratorExit):
+        failure = "client_disconnected"
+        raise
+    except Exception as exc:  # the connection broke, or an event that is not JSON
+        failure = "upstream_error"
+        logger.warning("proxy stream from %s failed: %s", prepared.upstream.label(), type(exc).__name__)
+        yield error_event(calls.unreachable_error(prepared.upstream, exc), prepared.request.fmt)
+    finally:
+        await asyncio.shield(_close(prepared, opened, reply, done, failure))
+
+
+async def _close(
+    prepared: Prepared, opened: calls.Opened, reply: Reply, done: bool, failure: str | None
+) -> None:
+    with contextlib.suppress(Exception):  # the connection is going anyway
+        await opened.response.aclose()
+    await sync_to_async(proxy_finish)(prepared=prepared, reply=reply, completed=done, failure=failure)
+
+
+@csrf_exempt
+async def chat_completions(request: HttpRequest) -> HttpResponse:
+    return await _proxy(request, openai_request, OPENAI)
+
+
+@csrf_exempt
+async def messages(request: HttpRequest) -> HttpResponse:
+    return await _proxy(request, anthropic_request, ANTHROPIC)
+
+
+async def models(request: HttpRequest) -> HttpResponse:
+    """The models the tenant may use, in a shape both SDKs read (OpenAI's list, Anthropic's page)."""
+    fmt = ANTHROPIC if request.headers.get("anthropic-version") else OPENAI
+    try:
+        tenant = await _tenant(request)
+    except ProxyError as exc:
+        return error_response(exc, fmt)
+    names = await sync_to_async(tenant_models)(tenant)
+    data = [
+        {
+            "id": name,
+            "object": "model",
+            "type": "model",
+            "created": 0,
+            "created_at": "1970-01-01T00:00:00Z",
+            "display_name": name,
+            "owned_by": "mnemo",
+        }
+        for name in names
+    ]
+    return JsonResponse(
+        {
+            "object": "list",
+            "data": data,
+            "has_more": False,
+            "first_id": names[0] if names else None,
+            "last_id": names[-1] if names else None,
+        }
+    )

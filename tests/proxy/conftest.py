@@ -1,0 +1,63 @@
+"""The proxy through a real server (uvicorn on 127.0.0.1 serving config.asgi, as deployed) and the real SDK
+clients, with the upstream a real HTTP server on 127.0.0.1 (tests/llm_server.py) that records what it got."""
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import uvicorn
+
+from tests.llm_server import llm_server, llm_settings  # noqa: F401
+
+UPSTREAM_KEY = "sk-upstream-secret-0123456789"
+
+
+@pytest.fixture
+def proxy_settings(llm_settings, llm_server):  # noqa: F811
+    """The platform's upstream is the test server, for both formats, with a key the tests look for."""
+    llm_settings.LLM_API_KEY = UPSTREAM_KEY
+    llm_settings.ANTHROPIC_BASE_URL = llm_server.base_url.removesuffix("/v1")
+    llm_settings.ANTHROPIC_API_KEY = UPSTREAM_KEY
+    llm_settings.MNEMO_PROXY_DEADLINE_SECONDS = 5
+    from context.proxy import upstream
+
+    upstream._http_client.cache_clear()
+    upstream._openai_clients.clear()
+    yield llm_settings
+    upstream._http_client.cache_clear()
+    upstream._openai_clients.clear()
+
+
+@pytest.fixture
+def mnemo_url(proxy_settings) -> Iterator[str]:
+    """uvicorn serving config.asgi on a free port; yields the base URL the SDKs are pointed at."""
+    from config.asgi import application
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    instance = uvicorn.Server(uvicorn.Config(application, lifespan="off", log_config=None))
+    thread = threading.Thread(target=instance.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not instance.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        instance.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+def wait_for(predicate, *, timeout: float = 10.0):
+    """Poll until predicate() is truthy (what the server does after answering lands a moment later)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.02)
