@@ -8,6 +8,7 @@ Export → import → export gives the same bytes except for the ids the import 
 import json
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -193,17 +194,41 @@ def transcript_import(*, tenant: Tenant, data: bytes, max_message_bytes: int) ->
     lines = list(_parse_lines(data))
     if not lines:
         raise _bad(1, "the transcript is empty.")
-    header: dict[str, Any] = {}
-    if lines[0][1].get("type") == "conversation":
-        line_no, header = lines.pop(0)
-        if header.get("version") != FORMAT_VERSION:
-            raise _bad(
-                line_no, f"unsupported version {header.get('version')!r}; this server reads {FORMAT_VERSION}."
-            )
+    header = _header_take(lines)
     model = header.get("model") or default_model(tenant)
     if not isinstance(model, str) or len(model) > 100:
         raise _bad(1, "model must be a string of at most 100 characters.")
+    turns = _header_turns(header)
+    rows = _message_rows(lines, turns=turns, max_message_bytes=max_message_bytes)
+    fields = _header_fields(header)
+    turn_times = {index: _turn_times(turn) for index, turn in turns.items()}
+    with transaction.atomic():
+        conversation = _conversation_create(
+            tenant,
+            fields,
+            model=model,
+            last_seq=rows[-1]["seq"] if rows else 0,
+            last_turn_index=max(turns, default=0),
+        )
+        turn_ids = _turns_create(conversation, turns, turn_times)
+        _messages_create(conversation, rows, turn_ids, model=model)
+    return conversation
 
+
+def _header_take(lines: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+    """The header line, taken off the lines when the file has one (else an empty header)."""
+    if lines[0][1].get("type") != "conversation":
+        return {}
+    line_no, header = lines.pop(0)
+    if header.get("version") != FORMAT_VERSION:
+        raise _bad(
+            line_no, f"unsupported version {header.get('version')!r}; this server reads {FORMAT_VERSION}."
+        )
+    return header
+
+
+def _header_turns(header: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """The header's turns by index: positive unique indexes, known statuses, at most one active."""
     turns_by_index: dict[int, dict[str, Any]] = {}
     header_turns = header.get("turns") or []
     if not isinstance(header_turns, list):
@@ -223,68 +248,61 @@ def transcript_import(*, tenant: Tenant, data: bytes, max_message_bytes: int) ->
         turns_by_index[turn["index"]] = turn
     if sum(1 for t in turns_by_index.values() if t["status"] == Turn.Status.ACTIVE) > 1:
         raise _bad(1, "at most one turn can be active.")
+    return turns_by_index
 
-    rows: list[dict[str, Any]] = []
-    seen: dict[str, int] = {}
+
+def _header_fields(header: dict[str, Any]) -> dict[str, Any]:
+    """The conversation's title, metadata, end user's external id and times from the header, checked."""
+    fields = {
+        "created_at": _parse_time(header.get("createdAt"), 1, "createdAt"),
+        "archived_at": _parse_time(header.get("archivedAt"), 1, "archivedAt"),
+        "metadata": header.get("metadata") or {},
+        "title": header.get("title") or "",
+        "end_user": header.get("endUser"),
+    }
+    if (
+        not isinstance(fields["metadata"], dict)
+        or not isinstance(fields["title"], str)
+        or len(fields["title"]) > 300
+    ):
+        raise _bad(1, "title must be a string (≤ 300 characters) and metadata an object.")
+    end_user = fields["end_user"]
+    if end_user is not None and (not isinstance(end_user, str) or not 0 < len(end_user) <= 255):
+        raise _bad(1, "endUser must be a string of 1 to 255 characters.")
+    return fields
+
+
+def _turn_times(turn: dict[str, Any]) -> tuple[datetime | None, datetime | None]:
+    return _parse_time(turn.get("startedAt"), 1, "startedAt"), _parse_time(turn.get("endedAt"), 1, "endedAt")
+
+
+@dataclass
+class _Chain:
+    """What the lines read so far constrain the next one by: their uuids, seq and idempotency keys."""
+
+    seen: dict[str, int] = field(default_factory=dict)
     previous_uuid: str | None = None
-    seq = 0
-    keys: set[str] = set()
+    seq: int = 0
+    keys: set[str] = field(default_factory=set)
+
+
+def _message_rows(
+    lines: list[tuple[int, dict[str, Any]]], *, turns: dict[int, dict[str, Any]], max_message_bytes: int
+) -> list[dict[str, Any]]:
+    """One checked row per message line, in file order, ready to become a Message."""
+    chain = _Chain()
+    rows = []
     for line_no, entry in lines:
-        file_uuid = entry.get("uuid")
-        if not isinstance(file_uuid, str) or not file_uuid:
-            raise _bad(line_no, "uuid is required.")
-        if file_uuid in seen:
-            raise _bad(line_no, f"uuid {file_uuid!r} appears twice.")
-        role = entry.get("role")
-        if not isinstance(role, str) or role not in _ROLES:
-            raise _bad(line_no, f"role must be one of {', '.join(sorted(_ROLES))}.")
-        content = entry.get("content", "")
-        if not isinstance(content, str):
-            raise _bad(line_no, "content must be a string.")
-        try:
-            parts = parts_validate(entry.get("parts") or [])
-        except ValidationError as exc:
-            raise _bad(line_no, f"invalid parts: {exc.detail}") from None
-        metadata = (
-            entry.get("compactMetadata" if entry.get("subtype") == "compact_boundary" else "metadata") or {}
-        )
-        if not isinstance(metadata, dict):
-            raise _bad(line_no, "metadata must be an object.")
-        if message_size(content, parts, metadata) > max_message_bytes:
-            raise _bad(line_no, f"the message is larger than {max_message_bytes} bytes.")
-        line_seq = entry.get("seq")
-        if line_seq is None:
-            line_seq = seq + 1
-        if not _is_int(line_seq, seq + 1, _MAX_SEQ):
-            raise _bad(
-                line_no, f"seq must be an integer larger than the previous line's, at most {_MAX_SEQ}."
-            )
-        seq = line_seq
-        parent_uuid = entry.get("parentUuid")
-        explicit_parent = None
-        if parent_uuid != previous_uuid:
-            if not isinstance(parent_uuid, str) or parent_uuid not in seen:
-                raise _bad(line_no, "parentUuid must name an earlier line (or be null on the first).")
-            explicit_parent = parent_uuid
-        turn_index = entry.get("turnIndex")
-        if turn_index is not None and not (
-            _is_int(turn_index, 1, _MAX_TURN_INDEX) and turn_index in turns_by_index
-        ):
-            raise _bad(line_no, f"turnIndex {turn_index!r} is not a turn of the header.")
-        key = entry.get("idempotencyKey")
-        if key is not None:
-            if not isinstance(key, str) or len(key) > 255 or key in keys:
-                raise _bad(line_no, "idempotencyKey must be a unique string of at most 255 characters.")
-            keys.add(key)
-        for flag in ("completed", "isError"):
-            if flag in entry and not isinstance(entry[flag], bool):
-                raise _bad(line_no, f"{flag} must be true or false.")
+        file_uuid = _row_uuid(entry, line_no, chain)
+        role, content, parts, metadata = _row_content(entry, line_no, max_message_bytes)
+        seq, explicit_parent, turn_index = _row_position(entry, line_no, chain, turns)
+        key = _row_flags(entry, line_no, chain)
         rows.append(
             {
                 "file_uuid": file_uuid,
                 "explicit_parent": explicit_parent,
                 "turn_index": turn_index,
-                "seq": line_seq,
+                "seq": seq,
                 "role": role,
                 "kind": _kind(entry, line_no),
                 "content": content,
@@ -296,67 +314,150 @@ def transcript_import(*, tenant: Tenant, data: bytes, max_message_bytes: int) ->
                 "created_at": _parse_time(entry.get("timestamp"), line_no, "timestamp"),
             }
         )
-        seen[file_uuid] = line_no
-        previous_uuid = file_uuid
+        chain.seen[file_uuid] = line_no
+        chain.previous_uuid = file_uuid
+    return rows
 
-    created_at = _parse_time(header.get("createdAt"), 1, "createdAt")
-    archived_at = _parse_time(header.get("archivedAt"), 1, "archivedAt")
-    metadata = header.get("metadata") or {}
-    title = header.get("title") or ""
-    end_user_id = header.get("endUser")
-    if not isinstance(metadata, dict) or not isinstance(title, str) or len(title) > 300:
-        raise _bad(1, "title must be a string (≤ 300 characters) and metadata an object.")
-    if end_user_id is not None and (not isinstance(end_user_id, str) or not 0 < len(end_user_id) <= 255):
-        raise _bad(1, "endUser must be a string of 1 to 255 characters.")
 
-    with transaction.atomic():
-        end_user = end_user_get_or_create(tenant=tenant, external_id=end_user_id) if end_user_id else None
-        conversation = Conversation.objects.create(
-            tenant=tenant,
-            end_user=end_user,
-            model=model,
-            title=title,
-            metadata=metadata,
-            last_seq=seq,
-            last_turn_index=max(turns_by_index, default=0),
-            archived_at=archived_at,
-            **({"created_at": created_at, "updated_at": created_at} if created_at else {}),
+def _row_uuid(entry: dict[str, Any], line_no: int, chain: _Chain) -> str:
+    file_uuid = entry.get("uuid")
+    if not isinstance(file_uuid, str) or not file_uuid:
+        raise _bad(line_no, "uuid is required.")
+    if file_uuid in chain.seen:
+        raise _bad(line_no, f"uuid {file_uuid!r} appears twice.")
+    return file_uuid
+
+
+def _explicit_parent(entry: dict[str, Any], line_no: int, chain: _Chain) -> str | None:
+    """The parent a line names when that is not simply the line before it."""
+    parent_uuid = entry.get("parentUuid")
+    if parent_uuid == chain.previous_uuid:
+        return None
+    if not isinstance(parent_uuid, str) or parent_uuid not in chain.seen:
+        raise _bad(line_no, "parentUuid must name an earlier line (or be null on the first).")
+    return parent_uuid
+
+
+def _row_content(
+    entry: dict[str, Any], line_no: int, max_message_bytes: int
+) -> tuple[str, str, list[dict[str, Any]], dict[str, Any]]:
+    """(role, content, parts, metadata) of a line, within the size a message may have."""
+    role = entry.get("role")
+    if not isinstance(role, str) or role not in _ROLES:
+        raise _bad(line_no, f"role must be one of {', '.join(sorted(_ROLES))}.")
+    content = entry.get("content", "")
+    if not isinstance(content, str):
+        raise _bad(line_no, "content must be a string.")
+    try:
+        parts = parts_validate(entry.get("parts") or [])
+    except ValidationError as exc:
+        raise _bad(line_no, f"invalid parts: {exc.detail}") from None
+    metadata = (
+        entry.get("compactMetadata" if entry.get("subtype") == "compact_boundary" else "metadata") or {}
+    )
+    if not isinstance(metadata, dict):
+        raise _bad(line_no, "metadata must be an object.")
+    if message_size(content, parts, metadata) > max_message_bytes:
+        raise _bad(line_no, f"the message is larger than {max_message_bytes} bytes.")
+    return role, content, parts, metadata
+
+
+def _row_position(
+    entry: dict[str, Any], line_no: int, chain: _Chain, turns: dict[int, dict[str, Any]]
+) -> tuple[int, str | None, int | None]:
+    """(seq, explicit parent, turn index) of a line: seq strictly increasing (the next one when absent), the
+    parent an earlier line, the turn one of the header's."""
+    line_seq = entry.get("seq")
+    if line_seq is None:
+        line_seq = chain.seq + 1
+    if not _is_int(line_seq, chain.seq + 1, _MAX_SEQ):
+        raise _bad(line_no, f"seq must be an integer larger than the previous line's, at most {_MAX_SEQ}.")
+    chain.seq = line_seq
+    explicit_parent = _explicit_parent(entry, line_no, chain)
+    turn_index = entry.get("turnIndex")
+    if turn_index is not None and not (_is_int(turn_index, 1, _MAX_TURN_INDEX) and turn_index in turns):
+        raise _bad(line_no, f"turnIndex {turn_index!r} is not a turn of the header.")
+    return line_seq, explicit_parent, turn_index
+
+
+def _row_flags(entry: dict[str, Any], line_no: int, chain: _Chain) -> str | None:
+    """The line's idempotency key (unique in the file), after checking its completed/isError flags."""
+    key = entry.get("idempotencyKey")
+    if key is not None:
+        if not isinstance(key, str) or len(key) > 255 or key in chain.keys:
+            raise _bad(line_no, "idempotencyKey must be a unique string of at most 255 characters.")
+        chain.keys.add(key)
+    for flag in ("completed", "isError"):
+        if flag in entry and not isinstance(entry[flag], bool):
+            raise _bad(line_no, f"{flag} must be true or false.")
+    return key
+
+
+def _conversation_create(
+    tenant: Tenant, fields: dict[str, Any], *, model: str, last_seq: int, last_turn_index: int
+) -> Conversation:
+    external_id = fields["end_user"]
+    created_at = fields["created_at"]
+    return Conversation.objects.create(
+        tenant=tenant,
+        end_user=end_user_get_or_create(tenant=tenant, external_id=external_id) if external_id else None,
+        model=model,
+        title=fields["title"],
+        metadata=fields["metadata"],
+        last_seq=last_seq,
+        last_turn_index=last_turn_index,
+        archived_at=fields["archived_at"],
+        **({"created_at": created_at, "updated_at": created_at} if created_at else {}),
+    )
+
+
+def _turns_create(
+    conversation: Conversation,
+    turns: dict[int, dict[str, Any]],
+    times: dict[int, tuple[datetime | None, datetime | None]],
+) -> dict[int, uuid.UUID]:
+    """The header's turns as rows: turn index -> id."""
+    turn_ids: dict[int, uuid.UUID] = {}
+    for index, turn in sorted(turns.items()):
+        started, ended = times[index]
+        created = Turn.objects.create(
+            conversation=conversation,
+            index=index,
+            status=turn["status"],
+            ended_at=ended,
+            **({"started_at": started} if started else {}),
         )
-        turn_ids: dict[int, uuid.UUID] = {}
-        for index, turn in sorted(turns_by_index.items()):
-            started = _parse_time(turn.get("startedAt"), 1, "startedAt")
-            created = Turn.objects.create(
+        turn_ids[index] = created.id
+    return turn_ids
+
+
+def _messages_create(
+    conversation: Conversation, rows: list[dict[str, Any]], turn_ids: dict[int, uuid.UUID], *, model: str
+) -> None:
+    """The rows as messages with new ids (the file's uuids mapped to them), token counts computed anew."""
+    new_ids = {row["file_uuid"]: uuid.uuid4() for row in rows}
+    messages = []
+    for row in rows:
+        extra = {"created_at": row["created_at"]} if row["created_at"] else {}
+        messages.append(
+            Message(
+                id=new_ids[row["file_uuid"]],
                 conversation=conversation,
-                index=index,
-                status=turn["status"],
-                ended_at=_parse_time(turn.get("endedAt"), 1, "endedAt"),
-                **({"started_at": started} if started else {}),
+                seq=row["seq"],
+                turn_id=turn_ids.get(row["turn_index"]) if row["turn_index"] is not None else None,
+                parent_id=new_ids[row["explicit_parent"]] if row["explicit_parent"] else None,
+                role=row["role"],
+                kind=row["kind"],
+                content=row["content"],
+                parts=row["parts"],
+                completed=row["completed"],
+                is_error=row["is_error"],
+                idempotency_key=row["idempotency_key"],
+                metadata=row["metadata"],
+                token_count=message_token_count(
+                    role=row["role"], content=row["content"], parts=row["parts"], model=model
+                ),
+                **extra,
             )
-            turn_ids[index] = created.id
-        new_ids = {row["file_uuid"]: uuid.uuid4() for row in rows}
-        messages = []
-        for row in rows:
-            extra = {"created_at": row["created_at"]} if row["created_at"] else {}
-            messages.append(
-                Message(
-                    id=new_ids[row["file_uuid"]],
-                    conversation=conversation,
-                    seq=row["seq"],
-                    turn_id=turn_ids.get(row["turn_index"]) if row["turn_index"] is not None else None,
-                    parent_id=new_ids[row["explicit_parent"]] if row["explicit_parent"] else None,
-                    role=row["role"],
-                    kind=row["kind"],
-                    content=row["content"],
-                    parts=row["parts"],
-                    completed=row["completed"],
-                    is_error=row["is_error"],
-                    idempotency_key=row["idempotency_key"],
-                    metadata=row["metadata"],
-                    token_count=message_token_count(
-                        role=row["role"], content=row["content"], parts=row["parts"], model=model
-                    ),
-                    **extra,
-                )
-            )
-        Message.objects.bulk_create(messages, batch_size=1000)
-    return conversation
+        )
+    Message.objects.bulk_create(messages, batch_size=1000)
