@@ -2,6 +2,7 @@
 the conversation, so concurrent writers (threads, processes, hosts) never gap or collide."""
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -445,101 +446,149 @@ def _append_locked(
     keys: list[str | None],
     intake: visual.IntakeState | None,
 ) -> list[AppendResult]:
+    """The batch under the conversation's row lock: reserve its seqs, read what it refers to (replayed
+    keys, named turns, parents), build each new message (a replay returns its original), then write them
+    and announce them on commit. A batch of replays only writes nothing."""
     with transaction.atomic():
         now = timezone.now()
         first_seq = _reserve_seqs(conversation, len(prepared), now)
         present_keys = [k for k in keys if k is not None]
         active_turn_id, any_seen = _append_context(conversation, present_keys)
-        existing = (
-            {
-                m.idempotency_key: m
-                for m in Message.objects.filter(conversation=conversation, idempotency_key__in=present_keys)
-            }
-            if any_seen
-            else {}
-        )
-        turn_ids = {row["turn_id"] for row in prepared if row["turn_id"] is not None}
-        turns = (
-            {t.id: t for t in Turn.objects.filter(conversation=conversation, id__in=turn_ids)}
-            if turn_ids
-            else {}
-        )
-        parent_ids = {row["parent_id"] for row in prepared if row["parent_id"] is not None}
-        if parent_ids:
-            found = set(
-                Message.objects.filter(conversation=conversation, id__in=parent_ids).values_list(
-                    "id", flat=True
-                )
-            )
-            if parent_ids - found:
-                raise ApplicationError(
-                    "parent_id must name an earlier message of this conversation.", code="invalid_parent"
-                )
-
-        results: list[AppendResult | None] = []
-        usages: list[tuple[Message, dict[str, Any]]] = []
-        to_create: list[Message] = []
-        seq = first_seq
+        existing = _messages_by_key(conversation, present_keys) if any_seen else {}
+        turns = _turns_named(conversation, prepared)
+        _parents_check(conversation, prepared)
+        batch = _Batch(seq=first_seq)
         for index, row in enumerate(prepared):
-            key = row["idempotency_key"]
-            if key is not None and key in existing:
-                if not _same_message(existing[key], row):
-                    raise ApplicationError(
-                        "This idempotency key was used for a different message.",
-                        code="idempotency_conflict",
-                        status_code=status.HTTP_409_CONFLICT,
-                        extra={"index": index, "message_id": str(existing[key].id)},
-                    )
-                results.append(AppendResult(existing[key], created=False))
+            replayed = _replay_of(existing, row, index)
+            if replayed is not None:
+                batch.results.append(AppendResult(replayed, created=False))
                 continue
-            usage = row.pop("usage")
-            turn_id = row.pop("turn_id")
-            images = row.pop("images")
-            created_at = row.pop("created_at") or now
-            if turn_id is not None:
-                turn = turns.get(turn_id)
-                if turn is None:
-                    raise ApplicationError(
-                        "turn_id does not name a turn of this conversation.",
-                        code="invalid_turn",
-                        extra={"index": index},
-                    )
-                if turn.status != Turn.Status.ACTIVE:
-                    raise ApplicationError(
-                        "That turn has ended; start a new turn to add messages.",
-                        code="turn_ended",
-                        status_code=status.HTTP_409_CONFLICT,
-                        extra={"index": index, "turn_id": str(turn_id)},
-                    )
-            else:
-                turn_id = active_turn_id
-            seq += 1
-            message = Message(
-                conversation_id=conversation.pk, seq=seq, turn_id=turn_id, created_at=created_at, **row
+            turn_id = _turn_for(row.pop("turn_id"), turns, index=index, active_turn_id=active_turn_id)
+            batch.seq += 1
+            message, usage = _message_build(
+                conversation, row, seq=batch.seq, turn_id=turn_id, now=now, intake=intake
             )
-            if intake is not None and images.has_new:
-                message.token_count += visual.intake_store(
-                    state=intake, message=message, message_images=images, model=conversation.model
-                )
-            to_create.append(message)
-            results.append(AppendResult(message, created=True))
-            if usage is not None:
-                usages.append((message, usage))
-
-        if not to_create:
+            batch.add(message, usage)
+        if not batch.created:
             # Only replays: undo the reservation (and the updated_at it touched).
             transaction.set_rollback(True)
         else:
-            Message.objects.bulk_create(to_create)
-            if seq != first_seq + len(prepared):  # some were replays: give back their seqs
-                Conversation.objects.filter(pk=conversation.pk).update(last_seq=seq)
-            for message, usage in usages:
-                assistant_usage_reported.send(
-                    sender=Message, conversation=conversation, message=message, usage=usage
-                )
-            _announce(conversation, to_create)
-    conversation.last_seq = seq
-    return [r for r in results if r is not None]
+            _batch_write(conversation, batch, reserved_up_to=first_seq + len(prepared))
+    conversation.last_seq = batch.seq
+    return batch.results
+
+
+@dataclass
+class _Batch:
+    """What an append under the lock has decided so far: the last seq given, the result of each item in
+    order, the messages to create and the provider usage reported with them."""
+
+    seq: int
+    results: list[AppendResult] = dataclasses.field(default_factory=list)
+    created: list[Message] = dataclasses.field(default_factory=list)
+    usages: list[tuple[Message, dict[str, Any]]] = dataclasses.field(default_factory=list)
+
+    def add(self, message: Message, usage: dict[str, Any] | None) -> None:
+        self.created.append(message)
+        self.results.append(AppendResult(message, created=True))
+        if usage is not None:
+            self.usages.append((message, usage))
+
+
+def _messages_by_key(conversation: Conversation, keys: list[str]) -> dict[str, Message]:
+    """The messages already stored under these idempotency keys."""
+    return {
+        m.idempotency_key: m
+        for m in Message.objects.filter(conversation=conversation, idempotency_key__in=keys)
+    }
+
+
+def _turns_named(conversation: Conversation, prepared: list[dict[str, Any]]) -> dict[Any, Turn]:
+    """The turns of this conversation the batch names (one that names another's is missing here)."""
+    turn_ids = {row["turn_id"] for row in prepared if row["turn_id"] is not None}
+    if not turn_ids:
+        return {}
+    return {t.id: t for t in Turn.objects.filter(conversation=conversation, id__in=turn_ids)}
+
+
+def _parents_check(conversation: Conversation, prepared: list[dict[str, Any]]) -> None:
+    """Each parent_id of the batch names a message of this conversation."""
+    parent_ids = {row["parent_id"] for row in prepared if row["parent_id"] is not None}
+    if not parent_ids:
+        return
+    found = set(
+        Message.objects.filter(conversation=conversation, id__in=parent_ids).values_list("id", flat=True)
+    )
+    if parent_ids - found:
+        raise ApplicationError(
+            "parent_id must name an earlier message of this conversation.", code="invalid_parent"
+        )
+
+
+def _replay_of(existing: dict[str, Message], row: dict[str, Any], index: int) -> Message | None:
+    """The stored original of an item whose idempotency key was seen before (409 when it differs)."""
+    key = row["idempotency_key"]
+    if key is None or key not in existing:
+        return None
+    if not _same_message(existing[key], row):
+        raise ApplicationError(
+            "This idempotency key was used for a different message.",
+            code="idempotency_conflict",
+            status_code=status.HTTP_409_CONFLICT,
+            extra={"index": index, "message_id": str(existing[key].id)},
+        )
+    return existing[key]
+
+
+def _turn_for(turn_id: Any, turns: dict[Any, Turn], *, index: int, active_turn_id: Any) -> Any:
+    """The turn a new message joins: the one it names, which must be active, else the active one (if any)."""
+    if turn_id is None:
+        return active_turn_id
+    turn = turns.get(turn_id)
+    if turn is None:
+        raise ApplicationError(
+            "turn_id does not name a turn of this conversation.", code="invalid_turn", extra={"index": index}
+        )
+    if turn.status != Turn.Status.ACTIVE:
+        raise ApplicationError(
+            "That turn has ended; start a new turn to add messages.",
+            code="turn_ended",
+            status_code=status.HTTP_409_CONFLICT,
+            extra={"index": index, "turn_id": str(turn_id)},
+        )
+    return turn_id
+
+
+def _message_build(
+    conversation: Conversation,
+    row: dict[str, Any],
+    *,
+    seq: int,
+    turn_id: Any,
+    now: datetime,
+    intake: visual.IntakeState | None,
+) -> tuple[Message, dict[str, Any] | None]:
+    """(the unsaved message of a prepared row, with its new images stored; the usage reported with it)."""
+    usage = row.pop("usage")
+    images = row.pop("images")
+    created_at = row.pop("created_at") or now
+    message = Message(conversation_id=conversation.pk, seq=seq, turn_id=turn_id, created_at=created_at, **row)
+    if intake is not None and images.has_new:
+        message.token_count += visual.intake_store(
+            state=intake, message=message, message_images=images, model=conversation.model
+        )
+    return message, usage
+
+
+def _batch_write(conversation: Conversation, batch: _Batch, *, reserved_up_to: int) -> None:
+    """Create the batch's messages, give back the seqs reserved for replays, pass on the usage reported with
+    them and announce them (on commit)."""
+    Message.objects.bulk_create(batch.created)
+    if batch.seq != reserved_up_to:  # some were replays: give back their seqs
+        Conversation.objects.filter(pk=conversation.pk).update(last_seq=batch.seq)
+    for message, usage in batch.usages:
+        assistant_usage_reported.send(sender=Message, conversation=conversation, message=message, usage=usage)
+    _announce(conversation, batch.created)
 
 
 def compaction_records_append(
