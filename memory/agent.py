@@ -707,6 +707,45 @@ def _check_fits(block: _Block, value: str) -> None:
 def _tool_run(state: _LoopState, call: ToolCall) -> dict[str, Any]:
     """Check one call against the copy of the blocks and plan its write (a search runs at once). Returns the
     tool result for the model; raises _Refused for an invalid call."""
+    args = _call_arguments(state, call)
+    if call.name == "archival_memory_search":
+        return _search_tool(state, args)
+    trigger, source_ids = _provenance(state, call.name, args)
+    if call.name == "archival_memory_insert":
+        content, kind = _insert_arguments(args)
+        state.plan.writes.append(_Write(call.name, call.id, trigger, source_ids, content=content, kind=kind))
+        return {"ok": True, "stored": content}
+    block = _block_for(state, args)
+    if call.name == "core_memory_append":
+        line = _string_arg(args, "content")
+        if line.lower() in block.value.lower():
+            return {"ok": True, "unchanged": True, "note": f"Block {block.label!r} already says this."}
+        value = f"{block.value}\n{line}" if block.value else line
+    else:
+        line, value = "", _replaced_value(block, args)
+        if value == block.value:
+            return {"ok": True, "unchanged": True}
+    _check_fits(block, value)
+    state.plan.writes.append(
+        _Write(
+            call.name,
+            call.id,
+            trigger,
+            source_ids,
+            label=block.label,
+            value=value,
+            append=line,
+            expected_version=block.version,
+        )
+    )
+    # The copy moves on, so the next call on this block sees this edit (and its version is the next one).
+    block.value = value
+    block.version += 1
+    return {"ok": True, "label": block.label, "chars": len(value), "char_limit": block.char_limit}
+
+
+def _call_arguments(state: _LoopState, call: ToolCall) -> dict[str, Any]:
+    """The arguments of a call that is within the run's limit and names a known tool."""
     state.plan.calls += 1
     if state.plan.calls > MAX_TOOL_CALLS:
         raise _Refused("too_many_calls", f"At most {MAX_TOOL_CALLS} tool calls per run.")
@@ -720,91 +759,62 @@ def _tool_run(state: _LoopState, call: ToolCall) -> dict[str, Any]:
         raise _Refused("bad_arguments", f"The arguments are not JSON: {exc.msg}.") from exc
     if not isinstance(args, dict):
         raise _Refused("bad_arguments", "The arguments must be a JSON object.")
+    return args
 
-    if call.name == "archival_memory_search":
-        query = _string_arg(args, "query")
-        outcome = archival_search(end_user=state.end_user, query=query, limit=SEARCH_HITS)
-        for degradation in outcome.degradations:
-            if degradation not in state.run.degradations:
-                _degrade(
-                    state.run, degradation["code"], degradation["message"], conversation=state.conversation
-                )
-        return {
-            "results": [
-                {
-                    "content": hit.memory.content,
-                    "kind": hit.memory.kind,
-                    "stored": hit.memory.created_at.date().isoformat(),
-                }
-                for hit in outcome.hits
-            ]
-        }
 
-    trigger, source_ids = _provenance(state, call.name, args)
-    if call.name == "archival_memory_insert":
-        content = _string_arg(args, "content")
-        if len(content) > ARCHIVAL_CONTENT_CHARS:
-            raise _Refused("too_long", f"One memory holds at most {ARCHIVAL_CONTENT_CHARS} characters.")
-        kind = args.get("kind", ArchivalMemory.Kind.FACT)
-        if kind not in ArchivalMemory.Kind.values:
-            raise _Refused("bad_arguments", f"'kind' must be one of {', '.join(ArchivalMemory.Kind.values)}.")
-        state.plan.writes.append(_Write(call.name, call.id, trigger, source_ids, content=content, kind=kind))
-        return {"ok": True, "stored": content}
+def _search_tool(state: _LoopState, args: dict[str, Any]) -> dict[str, Any]:
+    """archival_memory_search, run at once: the hits for the model (a degradation of the search is the
+    run's)."""
+    query = _string_arg(args, "query")
+    outcome = archival_search(end_user=state.end_user, query=query, limit=SEARCH_HITS)
+    for degradation in outcome.degradations:
+        if degradation not in state.run.degradations:
+            _degrade(state.run, degradation["code"], degradation["message"], conversation=state.conversation)
+    return {
+        "results": [
+            {
+                "content": hit.memory.content,
+                "kind": hit.memory.kind,
+                "stored": hit.memory.created_at.date().isoformat(),
+            }
+            for hit in outcome.hits
+        ]
+    }
 
-    block = _block_for(state, args)
-    if call.name == "core_memory_append":
-        line = _string_arg(args, "content")
-        if line.lower() in block.value.lower():
-            return {"ok": True, "unchanged": True, "note": f"Block {block.label!r} already says this."}
-        value = f"{block.value}\n{line}" if block.value else line
-        _check_fits(block, value)
-        write = _Write(
-            call.name,
-            call.id,
-            trigger,
-            source_ids,
-            label=block.label,
-            value=value,
-            append=line,
-            expected_version=block.version,
+
+def _insert_arguments(args: dict[str, Any]) -> tuple[str, str]:
+    """(content, kind) of an archival_memory_insert call."""
+    content = _string_arg(args, "content")
+    if len(content) > ARCHIVAL_CONTENT_CHARS:
+        raise _Refused("too_long", f"One memory holds at most {ARCHIVAL_CONTENT_CHARS} characters.")
+    kind = args.get("kind", ArchivalMemory.Kind.FACT)
+    if kind not in ArchivalMemory.Kind.values:
+        raise _Refused("bad_arguments", f"'kind' must be one of {', '.join(ArchivalMemory.Kind.values)}.")
+    return content, kind
+
+
+def _replaced_value(block: _Block, args: dict[str, Any]) -> str:
+    """The block's value after core_memory_update replaces old_text (which must occur exactly once) with
+    new_text; an empty new_text deletes it, with its line break."""
+    old_text = _string_arg(args, "old_text", strip=False)
+    new_text = args.get("new_text", "")
+    if not isinstance(new_text, str):
+        raise _Refused("bad_arguments", "'new_text' must be a string.")
+    occurrences = block.value.count(old_text)
+    if occurrences != 1:
+        raise _Refused(
+            "old_text_not_found" if occurrences == 0 else "old_text_ambiguous",
+            f"old_text occurs {occurrences} times in block {block.label!r}; it must occur exactly once "
+            "(quote it exactly, with enough context).",
         )
-    else:
-        old_text = _string_arg(args, "old_text", strip=False)
-        new_text = args.get("new_text", "")
-        if not isinstance(new_text, str):
-            raise _Refused("bad_arguments", "'new_text' must be a string.")
-        occurrences = block.value.count(old_text)
-        if occurrences != 1:
-            raise _Refused(
-                "old_text_not_found" if occurrences == 0 else "old_text_ambiguous",
-                f"old_text occurs {occurrences} times in block {block.label!r}; it must occur exactly once "
-                "(quote it exactly, with enough context).",
-            )
-        before, after = block.value.split(old_text, 1)
-        if not new_text.strip():  # a deleted line takes its line break with it
-            if before.endswith("\n") and (after.startswith("\n") or not after):
-                before = before[:-1]
-            elif not before and after.startswith("\n"):
-                after = after[1:]
-            new_text = ""
-        value = before + new_text + after
-        if value == block.value:
-            return {"ok": True, "unchanged": True}
-        _check_fits(block, value)
-        write = _Write(
-            call.name,
-            call.id,
-            trigger,
-            source_ids,
-            label=block.label,
-            value=value,
-            expected_version=block.version,
-        )
-    state.plan.writes.append(write)
-    # The copy moves on, so the next call on this block sees this edit (and its version is the next one).
-    block.value = value
-    block.version += 1
-    return {"ok": True, "label": block.label, "chars": len(value), "char_limit": block.char_limit}
+    before, after = block.value.split(old_text, 1)
+    if not new_text.strip():  # a deleted line takes its line break with it
+        if before.endswith("\n") and (after.startswith("\n") or not after):
+            before = before[:-1]
+        elif not before and after.startswith("\n"):
+            after = after[1:]
+        new_text = ""
+    return before + new_text + after
 
 
 def _core_prompt(blocks: dict[str, _Block]) -> str:
