@@ -83,7 +83,6 @@ def _live(end_user: EndUser) -> Any:
     return ArchivalMemory.objects.filter(end_user=end_user, invalidated_at__isnull=True)
 
 
-@transaction.atomic
 def archival_insert(
     *,
     end_user: EndUser,
@@ -100,87 +99,125 @@ def archival_insert(
 ) -> InsertOutcome:
     """Store a memory, or merge it into a near duplicate. A new statement replaces the older live ones it
     contradicts (same subject, or another value for the same thing) unless replace_older is False: a
-    restored memory (the revert of a delete) is an old statement and must not replace what came after it."""
+    restored memory (the revert of a delete) is an old statement and must not replace what came after it.
+
+    The embedding is computed first, with no lock held (a model or a remote call can be slow); then the end
+    user's row is locked and the merge, insert and invalidations are written in one transaction."""
     content = content.strip()
     if not content:
         raise ApplicationError("An archival memory needs content.", code="empty_content")
-    vectors, model = embed([content])
-    degradations = []
-    vector = None
-    if vectors is None:
-        degradations.append(
-            {"code": "embeddings_unavailable", "message": f"Stored without a vector: {model}"}
-        )
-    else:
-        vector = vectors[0]
+    embedded = _embedding(content)
     explicit = bool(subject.strip())
-    subject = subject_key(content, subject)
-    # Lock the user's row: concurrent inserts of the same fact merge instead of both inserting.
-    EndUser.objects.select_for_update().filter(pk=end_user.pk).first()
-
-    candidates = list(_live(end_user).order_by("-created_at")[:SEARCH_SCAN_LIMIT])
-    duplicate = _near_duplicate(candidates, content, vector, model)
-    if duplicate is not None:
-        old = duplicate.content
-        duplicate.mentions += 1
-        duplicate.importance = max(duplicate.importance, importance)
-        duplicate.source_message_ids = sorted({*duplicate.source_message_ids, *(source_message_ids or [])})
-        duplicate.updated_at = timezone.now()
-        duplicate.save(update_fields=["mentions", "importance", "source_message_ids", "updated_at"])
-        operation_log(
+    logged = _Logged(end_user=end_user, actor=actor, actor_name=actor_name, conversation=conversation)
+    with transaction.atomic():
+        # Lock the user's row: concurrent inserts of the same fact merge instead of both inserting.
+        EndUser.objects.select_for_update().filter(pk=end_user.pk).first()
+        candidates = list(_live(end_user).order_by("-created_at")[:SEARCH_SCAN_LIMIT])
+        duplicate = _near_duplicate(candidates, content, embedded.vector, embedded.model)
+        if duplicate is not None:
+            _merge(duplicate, content, importance, source_message_ids, logged=logged, trigger=trigger)
+            return InsertOutcome(duplicate, "merged", degradations=embedded.degradations)
+        memory = ArchivalMemory.objects.create(
+            tenant_id=end_user.tenant_id,
             end_user=end_user,
-            op=MemoryOperation.Op.ARCHIVAL_MERGE,
-            target=f"archival:{duplicate.id}",
-            old_value=old,
-            new_value=content,
-            trigger=trigger or "near-duplicate of an existing memory",
-            actor=actor,
-            actor_name=actor_name,
             conversation=conversation,
+            content=content,
+            kind=kind,
+            subject=subject_key(content, subject),
+            importance=importance,
+            embedding=to_bytes(embedded.vector) if embedded.vector is not None else None,
+            embedding_model=embedded.model if embedded.vector is not None else "",
+            source_message_ids=source_message_ids or [],
         )
-        return InsertOutcome(duplicate, "merged", degradations=degradations)
+        logged.write(MemoryOperation.Op.ARCHIVAL_INSERT, memory, new_value=content, trigger=trigger)
+        replaced = _contradicted(memory, candidates, explicit=explicit) if replace_older else []
+        invalidated = [_invalidate(older, memory, reason, logged=logged) for older, reason in replaced]
+    return InsertOutcome(memory, "inserted", invalidated, embedded.degradations)
 
-    memory = ArchivalMemory.objects.create(
-        tenant_id=end_user.tenant_id,
-        end_user=end_user,
-        conversation=conversation,
-        content=content,
-        kind=kind,
-        subject=subject,
-        importance=importance,
-        embedding=to_bytes(vector) if vector is not None else None,
-        embedding_model=model if vector is not None else "",
-        source_message_ids=source_message_ids or [],
-    )
-    operation_log(
-        end_user=end_user,
-        op=MemoryOperation.Op.ARCHIVAL_INSERT,
-        target=f"archival:{memory.id}",
+
+@dataclass(frozen=True)
+class _Embedded:
+    vector: Any  # np.ndarray, or None when there is no embedder
+    model: str  # the model's name, or why there is no vector
+    degradations: list[dict[str, str]]
+
+
+def _embedding(content: str) -> _Embedded:
+    """The content's vector; without one (no embedder, a failed call) the memory is stored without and the
+    outcome says so."""
+    vectors, model = embed([content])
+    if vectors is None:
+        return _Embedded(
+            None, model, [{"code": "embeddings_unavailable", "message": f"Stored without a vector: {model}"}]
+        )
+    return _Embedded(vectors[0], model, [])
+
+
+@dataclass(frozen=True)
+class _Logged:
+    """Who an insert's MemoryOperations are by, and in which conversation."""
+
+    end_user: EndUser
+    actor: str
+    actor_name: str
+    conversation: Conversation | None
+
+    def write(
+        self, op: str, memory: ArchivalMemory, *, old_value: str = "", new_value: str, trigger: str
+    ) -> None:
+        operation_log(
+            end_user=self.end_user,
+            op=op,
+            target=f"archival:{memory.id}",
+            old_value=old_value,
+            new_value=new_value,
+            trigger=trigger,
+            actor=self.actor,
+            actor_name=self.actor_name,
+            conversation=self.conversation,
+        )
+
+
+def _merge(
+    duplicate: ArchivalMemory,
+    content: str,
+    importance: float,
+    source_message_ids: list[str] | None,
+    *,
+    logged: _Logged,
+    trigger: str,
+) -> None:
+    """Fold a restatement into its near duplicate: one more mention, the higher importance, both sources."""
+    old = duplicate.content
+    duplicate.mentions += 1
+    duplicate.importance = max(duplicate.importance, importance)
+    duplicate.source_message_ids = sorted({*duplicate.source_message_ids, *(source_message_ids or [])})
+    duplicate.updated_at = timezone.now()
+    duplicate.save(update_fields=["mentions", "importance", "source_message_ids", "updated_at"])
+    logged.write(
+        MemoryOperation.Op.ARCHIVAL_MERGE,
+        duplicate,
+        old_value=old,
         new_value=content,
-        trigger=trigger,
-        actor=actor,
-        actor_name=actor_name,
-        conversation=conversation,
+        trigger=trigger or "near-duplicate of an existing memory",
     )
-    invalidated = []
-    replaced = _contradicted(memory, candidates, explicit=explicit) if replace_older else []
-    for older, reason in replaced:
-        older.invalidated_at = timezone.now()
-        older.invalidated_by = memory
-        older.save(update_fields=["invalidated_at", "invalidated_by"])
-        operation_log(
-            end_user=end_user,
-            op=MemoryOperation.Op.ARCHIVAL_INVALIDATE,
-            target=f"archival:{older.id}",
-            old_value=older.content,
-            new_value=content,
-            trigger=reason,
-            actor=actor,
-            actor_name=actor_name,
-            conversation=conversation,
-        )
-        invalidated.append(older)
-    return InsertOutcome(memory, "inserted", invalidated, degradations)
+
+
+def _invalidate(
+    older: ArchivalMemory, memory: ArchivalMemory, reason: str, *, logged: _Logged
+) -> ArchivalMemory:
+    """Mark an older memory as replaced by the new one (kept, left out of search)."""
+    older.invalidated_at = timezone.now()
+    older.invalidated_by = memory
+    older.save(update_fields=["invalidated_at", "invalidated_by"])
+    logged.write(
+        MemoryOperation.Op.ARCHIVAL_INVALIDATE,
+        older,
+        old_value=older.content,
+        new_value=memory.content,
+        trigger=reason,
+    )
+    return older
 
 
 # Kinds whose content states a value that a newer statement can replace.

@@ -367,3 +367,31 @@ def test_alike_sentences_with_other_values_do_not_merge(owner, conversation, lex
 )
 def test_supersedes_is_conservative(old, new, replaces):
     assert bool(supersedes(fact_signature(new), fact_signature(old))) is replaces
+
+
+def test_the_embedding_is_computed_before_the_row_lock_and_its_transaction(owner, monkeypatch):
+    """A slow embedder (a model loading, a remote call) must not hold the end user's row lock: the vector
+    is computed before archival_insert opens its transaction, and the rows are written inside one."""
+    from django.db import connection
+
+    import memory.archival
+
+    end_user = end_user_get_or_create(tenant=owner.tenant, external_id="alice")
+    depth_outside = len(connection.atomic_blocks)
+    seen = {}
+
+    def embed(texts):
+        seen["embed"] = len(connection.atomic_blocks)
+        return None, "no embedder in this test"
+
+    real_create = ArchivalMemory.objects.create
+
+    def create(**fields):
+        seen["create"] = len(connection.atomic_blocks)
+        return real_create(**fields)
+
+    monkeypatch.setattr(memory.archival, "embed", embed)
+    monkeypatch.setattr(ArchivalMemory.objects, "create", create)
+    outcome = archival_insert(end_user=end_user, content="The ledger DB listens on port 5433.")
+    assert outcome.action == "inserted"
+    assert seen == {"embed": depth_outside, "create": depth_outside + 1}
