@@ -634,6 +634,7 @@ def compaction_run(
         if plan is None or plan.b6_tokens < min_tokens:
             return None
         # Committed before the run (unless a caller's transaction holds it), so a killed worker leaves it.
+        CompactionState.objects.get_or_create(conversation=conversation)
         marked = CompactionState.objects.filter(pk=conversation.pk)
         marked.update(running_since=timezone.now())
         try:

@@ -163,3 +163,22 @@ def test_the_sweep_queues_vectors_the_broker_never_took(
     assert message_vectors_sweep() == 1
     assert MessageVector.objects.filter(conversation=conversation).count() == 1
     assert message_vectors_sweep() == 0
+
+
+def test_workers_reconnect_forever_and_a_lost_task_comes_back_within_the_visibility_timeout():
+    from config.celery import app
+
+    assert app.conf.broker_connection_retry_on_startup is True
+    assert (
+        app.conf.broker_connection_max_retries is None
+    )  # before: 100 tries (~47 min), then the worker exits
+    assert app.conf.task_acks_late is True
+    visibility = app.conf.broker_transport_options["visibility_timeout"]
+    # Long enough that no running task (nor a retry's countdown, at most 360 s) is handed out twice, and far
+    # below the hour a killed worker's task used to wait.
+    limits = [
+        t.time_limit for name, t in app.tasks.items() if not name.startswith("celery.") and t.time_limit
+    ]
+    assert limits and max(limits) < visibility < 3600
+    assert visibility > 360
+    assert app.conf.broker_transport_options["unacked_restore_throttle"] == 1

@@ -125,7 +125,8 @@ def test_the_lock_lives_a_short_ttl_shorter_than_the_retries_that_wait_for_it(co
     assert ttl < settings.MNEMO_COMPACTION_SOFT_TIME_LIMIT  # the heartbeat, not the TTL, covers a long run
 
 
-def test_a_dead_holders_lease_is_taken_over_once_it_expires(conversation):
+def test_a_dead_holders_lease_is_taken_over_once_it_expires(conversation, settings):
+    settings.REDIS_URL = None  # the database lease (no Redis, or Redis down)
     CompactionState.objects.create(
         conversation=conversation, lease_owner="dead", lease_until=timezone.now() + timedelta(seconds=30)
     )
@@ -140,7 +141,8 @@ def test_a_dead_holders_lease_is_taken_over_once_it_expires(conversation):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_holder_renews_its_lease_while_it_runs(conversation):
+def test_the_holder_renews_its_lease_while_it_runs(conversation, settings):
+    settings.REDIS_URL = None
     CompactionState.objects.create(conversation=conversation)
     renewed = threading.Event()
     with compaction_lock(conversation.pk, ttl=3):
@@ -152,3 +154,33 @@ def test_the_holder_renews_its_lease_while_it_runs(conversation):
             threading.Event().wait(0.1)
     assert renewed.is_set(), "the lease was not renewed while its holder ran"
     assert CompactionState.objects.get(pk=conversation.pk).lease_until is None
+
+
+@pytest.mark.redis
+def test_the_holder_renews_its_redis_lock_while_it_runs(conversation, settings):
+    if not settings.REDIS_URL:
+        pytest.skip("needs REDIS_URL")
+    import redis
+
+    from summaries.locks import lock_key
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    renewed = threading.Event()
+    with compaction_lock(conversation.pk, ttl=3):
+        first = client.pttl(lock_key(conversation.pk))
+        for _ in range(50):
+            if client.pttl(lock_key(conversation.pk)) > first:
+                renewed.set()
+                break
+            threading.Event().wait(0.1)
+    assert renewed.is_set(), "the Redis lock was not renewed while its holder ran"
+    assert not client.exists(lock_key(conversation.pk))
+
+
+def test_with_redis_down_the_lock_falls_back_to_the_database_lease(conversation, settings):
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    with compaction_lock(conversation.pk, ttl=5):
+        assert CompactionState.objects.get(pk=conversation.pk).lease_owner != ""
+        with pytest.raises(LockBusy), compaction_lock(conversation.pk, ttl=5):
+            pass
+    assert CompactionState.objects.get(pk=conversation.pk).lease_owner == ""
