@@ -14,7 +14,7 @@ from cold_storage.imaging import thumbnail_png
 from cold_storage.models import ArchivedImage
 from cold_storage.selectors import ImageBytesUnavailable, image_bytes
 from cold_storage.services import image_pin
-from tenants.admin_scoping import TenantScopedAdmin
+from tenants.admin_scoping import AppendOnlyAdmin
 
 THUMBNAIL_URL_NAME = "admin:cold_storage_archivedimage_thumbnail"
 
@@ -63,7 +63,7 @@ class ConversationFilter(admin.SimpleListFilter):
 
 
 @admin.register(ArchivedImage)
-class ArchivedImageAdmin(TenantScopedAdmin):
+class ArchivedImageAdmin(AppendOnlyAdmin):
     list_display = [
         "thumbnail",
         "id",
@@ -111,13 +111,8 @@ class ArchivedImageAdmin(TenantScopedAdmin):
     ]
     readonly_fields = [f for f in fields if f != "pinned"]
 
-    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # Images go with their conversation (or their bytes with retention); a lone row delete would
-        # leave a part naming nothing.
-        return False
+    # No add and no delete (AppendOnlyAdmin): images go with their conversation (or their bytes with
+    # retention); a lone row delete would leave a part naming nothing.
 
     @admin.display(description="Image")
     def thumbnail(self, obj: ArchivedImage) -> str:
@@ -136,11 +131,11 @@ class ArchivedImageAdmin(TenantScopedAdmin):
         url = reverse("admin:conversations_conversation_change", args=[obj.conversation_id])
         return format_html('<a href="{}">{}</a>', url, str(obj.conversation_id)[:8] + "…")
 
-    @admin.action(description="Pin (retention keeps their bytes)")
+    @admin.action(description="Pin (retention keeps their bytes)", permissions=["change"])
     def pin(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._set_pinned(request, queryset, True)
 
-    @admin.action(description="Unpin")
+    @admin.action(description="Unpin", permissions=["change"])
     def unpin(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._set_pinned(request, queryset, False)
 

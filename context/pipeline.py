@@ -29,6 +29,7 @@ from providers.faults import service_faults
 from providers.model_table import ModelInfo, is_known_model, model_info
 from providers.tokens import MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS, count_message, truncate_text
 from tenants.errors import ApplicationError
+from tenants.settings_schema import settings_read
 
 logger = logging.getLogger(__name__)
 
@@ -94,9 +95,9 @@ def prepare(*, conversation: Conversation, request: ContextRequest) -> ContextSt
     model = request.model or conversation.model
     info = model_info(model)
     fmt = request.format or PROVIDER_FORMAT.get(info.provider, "openai")
-    budget = request.token_budget or default_budget(
-        tenant_settings=conversation.tenant.settings or {}, info=info
-    )
+    # A stored setting that does not fit its schema is left out (its default applies) and reported below.
+    tenant_settings, setting_problems = settings_read(conversation.tenant.settings)
+    budget = request.token_budget or default_budget(tenant_settings=tenant_settings, info=info)
     if budget > info.context_window:
         raise ApplicationError(
             f"token_budget {budget} exceeds the {info.context_window}-token window of {model}.",
@@ -116,6 +117,8 @@ def prepare(*, conversation: Conversation, request: ContextRequest) -> ContextSt
         state.degrade(
             "load", "unknown_model", f"{model!r} is not in the model table; counted as {info.encoding}."
         )
+    if setting_problems:
+        state.degrade("load", "invalid_tenant_setting", " ".join(setting_problems))
     return state
 
 

@@ -12,7 +12,7 @@ from cold_storage.admin import thumbnail_tag
 from conversations.models import Conversation, Message, Turn
 from conversations.parts import image_line, iter_image_parts, parts_validate
 from conversations.services import message_token_count
-from tenants.admin_scoping import TenantScopedAdmin
+from tenants.admin_scoping import AppendOnlyAdmin, TenantScopedAdmin
 
 
 class TurnInline(admin.TabularInline):
@@ -79,7 +79,8 @@ class MessageAdminForm(forms.ModelForm):
 
 
 @admin.register(Message)
-class MessageAdmin(TenantScopedAdmin):
+class MessageAdmin(AppendOnlyAdmin):
+    # Messages arrive through the API; an operator may correct one's content (recounted below).
     form = MessageAdminForm
     tenant_lookup = "conversation__tenant"
     list_display = [

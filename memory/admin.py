@@ -13,7 +13,7 @@ from django.utils.text import Truncator
 from memory.archival import archival_update
 from memory.models import Actor, ArchivalMemory, CoreMemoryBlock, MemoryOperation
 from memory.services import core_memory_write, operation_revert
-from tenants.admin_scoping import ALL_ROLES, TenantScopedAdmin, member_tenant_ids
+from tenants.admin_scoping import ALL_ROLES, AppendOnlyAdmin, TenantScopedAdmin
 from tenants.errors import ApplicationError
 
 
@@ -197,8 +197,10 @@ class ArchivalMemoryAdmin(TenantScopedAdmin):
 
 
 @admin.register(MemoryOperation)
-class MemoryOperationAdmin(TenantScopedAdmin):
+class MemoryOperationAdmin(AppendOnlyAdmin):
     change_roles = ()
+    # Reverting is editing the memory (through the services, which log it): the memory admins' rule.
+    revert_roles = ALL_ROLES
     list_display = (
         "created_at",
         "end_user",
@@ -218,12 +220,12 @@ class MemoryOperationAdmin(TenantScopedAdmin):
     def short_new(self, obj: MemoryOperation) -> str:
         return Truncator(obj.new_value).chars(80)
 
-    @admin.action(description="Revert the selected operations")
+    def has_revert_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_superuser or self._allowed(request, self.revert_roles)
+
+    @admin.action(description="Revert the selected operations", permissions=["revert"])
     def revert(self, request: HttpRequest, queryset: QuerySet[MemoryOperation]) -> None:
-        allowed = member_tenant_ids(request, ALL_ROLES)
-        for operation in queryset.order_by("-created_at", "-id"):
-            if not request.user.is_superuser and operation.tenant_id not in allowed:
-                continue
+        for operation in self.scoped_for(request, queryset, self.revert_roles).order_by("-created_at", "-id"):
             try:
                 operation_revert(
                     operation=operation, actor=Actor.ADMIN, actor_name=request.user.get_username()

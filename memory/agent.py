@@ -890,8 +890,8 @@ def _llm_plan(*, config: LLMConfig, conversation: Conversation, batch: _Batch, r
 
 
 def _usage_record(conversation: Conversation, reply: LLMReply) -> None:
-    # The tenant's monthly budget for background LLM work is kept by summaries (LlmUsage, by purpose).
-    from summaries.services.llm_budget import llm_usage_record
+    # The tenant's monthly budget for background LLM work (tenants.llm_budget, LlmUsage by purpose).
+    from tenants.llm_budget import llm_usage_record
 
     llm_usage_record(tenant=conversation.tenant, reply=reply, purpose=BUDGET_PURPOSE)
 
@@ -903,7 +903,7 @@ def _agent_llm(conversation: Conversation, run: AgentRun) -> LLMConfig | None:
     config = llm_config(tenant_settings)
     if config is None:
         return None
-    from summaries.services.llm_budget import llm_budget_fallback_record, llm_budget_left
+    from tenants.llm_budget import llm_budget_fallback_record, llm_budget_left
 
     monthly = tenant_settings.get("llm_monthly_token_budget")
     if not isinstance(monthly, int) or isinstance(monthly, bool) or monthly < 0:

@@ -10,11 +10,11 @@ from django.urls import path
 
 from prefix_cache.models import CacheUsage, PrefixHint
 from prefix_cache.selectors import cache_stats
-from tenants.admin_scoping import ALL_ROLES, TenantScopedAdmin, member_tenant_ids
+from tenants.admin_scoping import ALL_ROLES, AppendOnlyAdmin, member_tenant_ids
 from tenants.models import Tenant
 
 
-class ReadOnlyScopedAdmin(TenantScopedAdmin):
+class ReadOnlyScopedAdmin(AppendOnlyAdmin):
     change_roles: tuple[str, ...] = ()
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:

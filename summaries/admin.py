@@ -16,7 +16,7 @@ from conversations.models import Conversation
 from summaries.models import LlmUsage, SummarySegment
 from summaries.selectors import compaction_status
 from summaries.services import compaction_request
-from tenants.admin_scoping import TenantScopedAdmin
+from tenants.admin_scoping import AppendOnlyAdmin
 
 _SEGMENT_COLUMNS = (
     "Messages",
@@ -87,8 +87,9 @@ def compaction_state(obj: Conversation) -> str:
 @admin.action(description="Compact now", permissions=["change"])
 def compact_now(modeladmin: Any, request: HttpRequest, queryset: QuerySet) -> None:
     queued = 0
+    allowed = modeladmin.scoped_for(request, queryset, modeladmin.change_roles)
     with transaction.atomic():
-        for conversation in queryset.select_related("tenant"):
+        for conversation in allowed.select_related("tenant"):
             queued += compaction_request(conversation=conversation, trigger="manual")
     modeladmin.message_user(
         request,
@@ -101,7 +102,8 @@ def compact_now(modeladmin: Any, request: HttpRequest, queryset: QuerySet) -> No
 def rebuild_summaries(modeladmin: Any, request: HttpRequest, queryset: QuerySet) -> None:
     from summaries.tasks import segments_rebuild
 
-    ids = [str(pk) for pk in queryset.values_list("pk", flat=True)]
+    allowed = modeladmin.scoped_for(request, queryset, modeladmin.change_roles)
+    ids = [str(pk) for pk in allowed.values_list("pk", flat=True)]
     for conversation_id in ids:
         transaction.on_commit(lambda cid=conversation_id: segments_rebuild.delay(cid), robust=True)
     modeladmin.message_user(
@@ -118,7 +120,7 @@ ConversationAdmin.actions = [*(ConversationAdmin.actions or ()), compact_now, re
 
 
 @admin.register(SummarySegment)
-class SummarySegmentAdmin(TenantScopedAdmin):
+class SummarySegmentAdmin(AppendOnlyAdmin):
     tenant_lookup = "conversation__tenant"
     change_roles = ()  # rebuilt from the transcript, never edited by hand
     list_display = [
@@ -138,7 +140,7 @@ class SummarySegmentAdmin(TenantScopedAdmin):
 
 
 @admin.register(LlmUsage)
-class LlmUsageAdmin(TenantScopedAdmin):
+class LlmUsageAdmin(AppendOnlyAdmin):
     change_roles = ()
     list_display = [
         "tenant",

@@ -8,7 +8,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from conversations.models import Conversation
-from tenants.models import Tenant
 
 
 class SummarySegment(models.Model):
@@ -109,32 +108,3 @@ class CompactionState(models.Model):
         if self.queued_at is not None:
             return "queued"
         return "failed" if self.last_error else "idle"
-
-
-class LlmUsage(models.Model):
-    """Tokens a tenant's background LLM work used in one calendar month (UTC), counted from the provider's
-    usage in each response (or our own count when a response has none)."""
-
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="llm_usage")
-    month = models.DateField(help_text="First day of the month.")
-    purpose = models.CharField(max_length=32, default="summary")
-    calls = models.PositiveIntegerField(default=0)
-    prompt_tokens = models.PositiveBigIntegerField(default=0)
-    completion_tokens = models.PositiveBigIntegerField(default=0)
-    # Background work that ran offline because this month's budget was spent.
-    budget_fallbacks = models.PositiveIntegerField(default=0)
-
-    class Meta:
-        verbose_name = "LLM usage"
-        verbose_name_plural = "LLM usage"
-        ordering = ["-month", "tenant"]
-        constraints = [
-            models.UniqueConstraint(fields=["tenant", "month", "purpose"], name="llmusage_unique_month"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.tenant} {self.month:%Y-%m} {self.purpose}"
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens

@@ -1,31 +1,167 @@
+import json
 from typing import Any
 
 from axes.admin import AccessAttemptAdmin, AccessLogAdmin
 from axes.models import AccessAttempt, AccessLog
 from axes.utils import reset as axes_reset
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
 
 from tenants.admin_scoping import TenantScopedAdmin, member_tenant_ids
 from tenants.models import ApiKey, EndUser, Membership, Tenant
 from tenants.services import api_key_create, api_key_revoke
+from tenants.settings_schema import (
+    BOOL,
+    CHOICE,
+    INT,
+    LIST,
+    MAX_TEXT,
+    MAX_URL,
+    SCHEMA,
+    SECRET,
+    SETTINGS,
+    URL,
+    Setting,
+    SettingsInvalid,
+    settings_read,
+    settings_validate,
+)
+
+# --- Tenant settings: one typed field per known setting (tenants/settings_schema.py) ---------------------
+# A blank field means "not set" (the server default applies). A nullable number turns its feature off at -1.
+OFF = -1
+
+
+def settings_form_field(setting: Setting) -> forms.Field:
+    if setting.kind == INT:
+        low = OFF if setting.nullable else setting.minimum
+        return forms.IntegerField(required=False, min_value=low, max_value=setting.maximum)
+    if setting.kind == BOOL:
+        choices = [("", "Default"), ("true", "Yes"), ("false", "No")]
+        return forms.NullBooleanField(required=False, widget=forms.Select(choices=choices))
+    if setting.kind == CHOICE:
+        return forms.ChoiceField(
+            required=False, choices=[("", "Default"), *((c, c) for c in setting.choices)]
+        )
+    if setting.kind == URL:
+        return forms.URLField(required=False, max_length=MAX_URL, assume_scheme="https")
+    if setting.kind == SECRET:
+        return forms.CharField(
+            required=False, max_length=MAX_TEXT, widget=forms.PasswordInput(render_value=True)
+        )
+    if setting.kind == LIST:
+        return forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
+    return forms.CharField(required=False, max_length=MAX_TEXT)
+
+
+def _to_form(setting: Setting, value: Any) -> Any:
+    if setting.kind == LIST and isinstance(value, list):
+        return "\n".join(str(item) for item in value)
+    if setting.kind == INT and setting.nullable and value is None:
+        return OFF
+    return value
+
+
+def _from_form(setting: Setting, value: Any) -> Any:
+    """The value to store, or None for a blank field (the setting is left unset)."""
+    if value is None or value == "":
+        return None
+    if setting.kind == LIST:
+        return [line.strip() for line in value.splitlines() if line.strip()] or None
+    return value
+
+
+class TenantFormBase(forms.ModelForm):
+    """Slug and name, and the settings as typed fields (added per setting below): unknown keys cannot be
+    entered, and a stored one is dropped when the form is saved."""
+
+    class Meta:
+        model = Tenant
+        fields = ["slug", "name"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        stored = self.instance.settings if isinstance(self.instance.settings, dict) else {}
+        for setting in SCHEMA:
+            field = self.fields.get(setting.key)
+            if field is None:  # read-only for this user
+                continue
+            off = " -1 turns it off." if setting.nullable else ""
+            field.help_text = f"{setting.help}{off} Blank: the server default ({setting.default()!r})."
+            if setting.key in stored:
+                field.initial = _to_form(setting, stored[setting.key])
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        values = {}
+        for setting in SCHEMA:
+            if setting.key not in self.fields or setting.key in self.errors:
+                continue
+            value = _from_form(setting, data.get(setting.key))
+            if setting.kind == INT and setting.nullable and value == OFF:
+                values[setting.key] = None
+            elif value is not None:
+                values[setting.key] = value
+        try:
+            self.settings = settings_validate(values)
+        except SettingsInvalid as exc:
+            for key, message in exc.errors.items():
+                self.add_error(key if key in self.fields else None, f"{key} {message}")
+        return data
+
+    def save(self, commit: bool = True) -> Tenant:
+        self.instance.settings = self.settings
+        return super().save(commit=commit)
+
+
+TenantAdminForm = type(TenantFormBase)(
+    "TenantAdminForm", (TenantFormBase,), {s.key: settings_form_field(s) for s in SCHEMA}
+)
+
+
+def _settings_fieldsets() -> list[tuple[str, dict]]:
+    groups: dict[str, list[str]] = {}
+    for setting in SCHEMA:
+        groups.setdefault(setting.group, []).append(setting.key)
+    return [(f"Settings: {group}", {"fields": keys}) for group, keys in groups.items()]
 
 
 @admin.register(Tenant)
 class TenantAdmin(TenantScopedAdmin):
     tenant_lookup = ""
+    form = TenantAdminForm
     list_display = ["slug", "name", "created_at"]
     search_fields = ["slug", "name"]
-    readonly_fields = ["id", "created_at"]
-    fields = ["id", "slug", "name", "settings", "created_at"]
+    readonly_fields = ["id", "created_at", "stored_settings"]
+    fieldsets = [
+        (None, {"fields": ["id", "slug", "name", "created_at", "stored_settings"]}),
+        *_settings_fieldsets(),
+    ]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         # Operators tune their tenant's settings; renaming the slug is for superusers.
         if request.user.is_superuser:
             return self.readonly_fields
         return [*self.readonly_fields, "slug"]
+
+    @admin.display(description="Stored settings")
+    def stored_settings(self, obj: Tenant) -> str:
+        """The settings as stored, with what the service ignores or replaces by a default: a bad value from
+        before the schema (or written around it) is shown here until the form is saved."""
+        stored = obj.settings if obj is not None and obj.pk else {}
+        _, problems = settings_read(stored)
+        unknown = sorted(str(k) for k in stored if k not in SETTINGS) if isinstance(stored, dict) else []
+        if unknown:
+            problems.append(f"Unknown settings, ignored and dropped on save: {', '.join(unknown)}.")
+        return format_html(
+            '<pre style="white-space: pre-wrap">{}</pre>{}',
+            json.dumps(stored, indent=2, ensure_ascii=False, sort_keys=True),
+            format_html_join("", '<p class="errornote">{}</p>', ((p,) for p in problems)),
+        )
 
 
 @admin.register(EndUser)
@@ -58,11 +194,16 @@ class ApiKeyAdmin(TenantScopedAdmin):
         obj.__dict__.update({f.attname: getattr(key, f.attname) for f in ApiKey._meta.concrete_fields})
         messages.warning(request, f"New API key (shown once, copy it now): {raw_key}")
 
-    @admin.action(description="Revoke selected keys")
+    def has_revoke_permission(self, request: HttpRequest) -> bool:
+        # Operators revoke keys; support reads. The action is not offered to a user without the role.
+        return request.user.is_superuser or self._allowed(request, self.change_roles)
+
+    @admin.action(description="Revoke selected keys", permissions=["revoke"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
-        for key in queryset:
+        keys = list(self.scoped_for(request, queryset, self.change_roles))
+        for key in keys:
             api_key_revoke(api_key=key)
-        messages.success(request, f"Revoked {queryset.count()} key(s).")
+        messages.success(request, f"Revoked {len(keys)} key(s).")
 
 
 @admin.register(Membership)
@@ -124,12 +265,12 @@ class LoginAttemptAdmin(AccessAttemptAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return request.user.is_superuser or self._operator_allowed(request, obj)
 
-    def get_actions(self, request: HttpRequest) -> dict:
-        actions = super().get_actions(request)
-        if not request.user.is_superuser:
-            # It cleans every tenant's expired attempts.
-            actions.pop("cleanup_expired_attempts", None)
-        return actions
+    def has_cleanup_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_superuser  # it cleans every tenant's expired attempts
+
+    @admin.action(description="Clean up expired attempts", permissions=["cleanup"])
+    def cleanup_expired_attempts(self, request: HttpRequest, queryset: QuerySet[AccessAttempt]) -> None:
+        super().cleanup_expired_attempts(request, queryset)
 
     @admin.action(
         description="Lift the lockout of the selected usernames and addresses", permissions=("delete",)

@@ -1,10 +1,13 @@
 """Admin scoping: an admin user sees and edits only objects of the tenants it is a member of, with what
-its role allows; superusers see everything. Every tenant-owned ModelAdmin derives from TenantScopedAdmin."""
+its role allows, and no choice, filter or action names another tenant's objects; superusers see everything.
+Every tenant-owned ModelAdmin derives from TenantScopedAdmin (AppendOnlyAdmin for audit and derived rows)."""
 
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.contrib.admin.utils import get_fields_from_path
+from django.core.exceptions import FieldDoesNotExist
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
 from tenants.models import Membership, Tenant
@@ -19,6 +22,31 @@ def member_tenant_ids(request: HttpRequest, roles: tuple[str, ...] = ALL_ROLES) 
         cache = list(Membership.objects.filter(user_id=request.user.pk).values_list("tenant_id", "role"))
         request._mnemo_memberships = cache  # type: ignore[attr-defined]
     return {tenant_id for tenant_id, role in cache if role in roles}
+
+
+def scoped_related_filter(admin_site: admin.AdminSite, model: type[Model], tenant_ids: set) -> dict | None:
+    """The filter that keeps `model`'s rows inside `tenant_ids`, or None when the model is not tenant-owned:
+    Tenant itself, a model with a scoped admin (its tenant_lookup), or one with a `tenant` field."""
+    if model is Tenant:
+        return {"pk__in": tenant_ids}
+    model_admin = admin_site._registry.get(model)
+    if isinstance(model_admin, TenantScopedAdmin):
+        return model_admin._tenant_filter(tenant_ids)
+    if any(f.name == "tenant" for f in model._meta.get_fields()):
+        return {"tenant__in": tenant_ids}
+    return None
+
+
+class ScopedRelatedFieldListFilter(admin.RelatedFieldListFilter):
+    """A "By <relation>" filter that offers only the user's tenants' objects (Django's lists every row)."""
+
+    def field_choices(self, field: Any, request: HttpRequest, model_admin: Any) -> list[tuple[Any, str]]:
+        ordering = self.field_admin_ordering(field, request, model_admin)
+        limit = None
+        if not request.user.is_superuser:
+            tenant_ids = member_tenant_ids(request, model_admin.view_roles)
+            limit = scoped_related_filter(model_admin.admin_site, field.related_model, tenant_ids)
+        return field.get_choices(include_blank=False, ordering=ordering, limit_choices_to=limit)
 
 
 class TenantScopedAdmin(admin.ModelAdmin):
@@ -77,13 +105,53 @@ class TenantScopedAdmin(admin.ModelAdmin):
             return super().has_delete_permission(request, obj)
         return self._allowed(request, self.delete_roles, obj)
 
+    def scoped_for(self, request: HttpRequest, queryset: QuerySet, roles: tuple[str, ...]) -> QuerySet:
+        """The rows of `queryset` in tenants where the user holds one of `roles`: what an action may touch
+        (the changelist shows the tenants of every role, so a selection may hold rows of others)."""
+        if request.user.is_superuser:
+            return queryset
+        return queryset.filter(**self._tenant_filter(member_tenant_ids(request, roles)))
+
+    def get_list_filter(self, request: HttpRequest) -> Any:
+        """Every filter on a relation offers only the user's tenants' objects (no other names leak)."""
+        return [self._scoped_list_filter(entry) for entry in super().get_list_filter(request)]
+
+    def _scoped_list_filter(self, entry: Any) -> Any:
+        if not isinstance(entry, str):
+            return entry
+        try:
+            field = get_fields_from_path(self.model, entry)[-1]
+        except FieldDoesNotExist:
+            return entry
+        return (entry, ScopedRelatedFieldListFilter) if field.is_relation else entry
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> tuple[Any, Any, set[str], Any]:
+        """Deleting a row the user may delete takes its append-only rows with it (a conversation's messages
+        and segments): no one may delete those alone, so they do not count as permissions the user lacks."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        append_only = {
+            str(model._meta.verbose_name)
+            for model, model_admin in self.admin_site._registry.items()
+            if isinstance(model_admin, AppendOnlyAdmin)
+        }
+        return deleted, counts, {name for name in perms_needed if str(name) not in append_only}, protected
+
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         """Choices for related objects stay inside the user's tenants too."""
         if not request.user.is_superuser:
-            related = db_field.related_model
             tenant_ids = member_tenant_ids(request, self.change_roles)
-            if related is Tenant:
-                kwargs["queryset"] = Tenant.objects.filter(pk__in=tenant_ids)
-            elif any(f.name == "tenant" for f in related._meta.get_fields()):
-                kwargs["queryset"] = related._default_manager.filter(tenant__in=tenant_ids)
+            limit = scoped_related_filter(self.admin_site, db_field.related_model, tenant_ids)
+            if limit is not None:
+                kwargs["queryset"] = db_field.related_model._default_manager.filter(**limit)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+class AppendOnlyAdmin(TenantScopedAdmin):
+    """Audit and derived rows (memory operations, cache usage, summary segments, messages…): written by the
+    services that record them, never added or deleted by hand, superusers included."""
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -1,5 +1,6 @@
-"""The per-tenant monthly token budget for background LLM work, counted from the provider's responses.
-When it is spent, background work runs offline and says so (degradation `llm_budget_spent`)."""
+"""The per-tenant monthly token budget for background LLM work (summaries, the memory agent), counted from
+the provider's responses. When it is spent, background work runs offline and says so (degradation
+`llm_budget_spent`). It lives with the tenant because every app that spends may import tenants."""
 
 import datetime
 
@@ -8,8 +9,7 @@ from django.db.models import F, Sum
 from django.utils import timezone
 
 from providers.llm import LLMReply
-from summaries.models import LlmUsage
-from tenants.models import Tenant
+from tenants.models import LlmUsage, Tenant
 
 
 def current_month(now: datetime.datetime | None = None) -> datetime.date:

@@ -1,4 +1,5 @@
-"""Tenant, EndUser, ApiKey and Membership."""
+"""Tenant, EndUser, ApiKey, Membership, and LlmUsage (the ledger of the monthly budget for background LLM
+work)."""
 
 import hashlib
 import secrets
@@ -112,3 +113,35 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} @ {self.tenant} ({self.role})"
+
+
+class LlmUsage(models.Model):
+    """Tokens a tenant's background LLM work (summaries, the memory agent: `purpose`) used in one calendar
+    month (UTC), counted from the provider's usage in each response (or our own count when a response has
+    none). The ledger of the monthly budget in the tenant's settings (tenants.llm_budget)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="llm_usage")
+    month = models.DateField(help_text="First day of the month.")
+    purpose = models.CharField(max_length=32, default="summary")
+    calls = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    # Background work that ran offline because this month's budget was spent.
+    budget_fallbacks = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        # The table keeps the name it had when summaries held the ledger (migrations only moved the model).
+        db_table = "summaries_llmusage"
+        verbose_name = "LLM usage"
+        verbose_name_plural = "LLM usage"
+        ordering = ["-month", "tenant"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "month", "purpose"], name="llmusage_unique_month"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant} {self.month:%Y-%m} {self.purpose}"
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens

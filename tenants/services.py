@@ -6,6 +6,7 @@ from django.utils.text import slugify
 
 from tenants.errors import ApplicationError
 from tenants.models import ApiKey, EndUser, Tenant, hash_api_key
+from tenants.settings_schema import SettingsInvalid, settings_validate
 from tenants.validation import text_is_clean
 
 
@@ -18,9 +19,23 @@ def tenant_create(*, slug: str, name: str = "", settings: dict | None = None) ->
         )
     if Tenant.objects.filter(slug=slug).exists():
         raise ApplicationError(f"A tenant with slug {slug!r} exists.", code="tenant_exists", status_code=409)
-    tenant = Tenant.objects.create(slug=slug, name=name or slug, settings=settings or {})
+    tenant = Tenant.objects.create(
+        slug=slug, name=name or slug, settings=tenant_settings_check(settings or {})
+    )
     _, raw_key = api_key_create(tenant=tenant, name="default")
     return tenant, raw_key
+
+
+def tenant_settings_check(settings: object) -> dict:
+    """Settings as they may be stored (tenants/settings_schema.py), else a 400 invalid_settings naming every
+    unknown key and bad value in extra.fields: every writer of tenant settings goes through here or the
+    admin's form, which checks the same schema."""
+    try:
+        return settings_validate(settings)
+    except SettingsInvalid as exc:
+        raise ApplicationError(
+            f"Invalid tenant settings: {exc}", code="invalid_settings", extra={"fields": exc.errors}
+        ) from None
 
 
 def api_key_create(*, tenant: Tenant, name: str = "default") -> tuple[ApiKey, str]:

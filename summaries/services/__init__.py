@@ -1,5 +1,6 @@
 """Writes of the summaries app. compaction.py: compaction, roll-ups, rebuilds, replay and the background
-queue; summarise.py: one summary text (LLM → extractive → fact check); llm_budget.py: the monthly ledger."""
+queue; summarise.py: one summary text (LLM → extractive → fact check). The monthly LLM budget it spends is
+the tenant's (tenants.llm_budget)."""
 
 from summaries.services.compaction import (
     CompactionOutcome,
@@ -17,7 +18,6 @@ from summaries.services.compaction import (
     segment_rebuild,
     segments_replay,
 )
-from summaries.services.llm_budget import llm_budget_left, llm_tokens_used, llm_usage_record
 
 __all__ = [
     "CompactionOutcome",
@@ -30,9 +30,6 @@ __all__ = [
     "compaction_run",
     "compaction_run_queued",
     "history_tokens",
-    "llm_budget_left",
-    "llm_tokens_used",
-    "llm_usage_record",
     "outcome_data",
     "segment_data",
     "segment_rebuild",

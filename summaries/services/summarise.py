@@ -25,7 +25,7 @@ from providers.summariser import (
 from providers.tokens import count_text
 from summaries.conf import CompactionConfig
 from summaries.prompts import summary_messages
-from summaries.services.llm_budget import llm_budget_fallback_record, llm_budget_left, llm_usage_record
+from tenants.llm_budget import llm_budget_fallback_record, llm_budget_left, llm_usage_record
 
 logger = logging.getLogger(__name__)
 

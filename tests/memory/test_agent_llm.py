@@ -14,7 +14,7 @@ from memory.agent import memory_agent_run
 from memory.archival import archival_insert
 from memory.models import Actor, ArchivalMemory, CoreMemoryBlock, MemoryAgentCursor, MemoryOperation
 from memory.services import core_memory_write
-from summaries.models import LlmUsage
+from tenants.models import LlmUsage
 from tests import llm_server as server
 from tests.llm_server import tool_call, tool_reply
 from tests.summaries.helpers import append, budgets

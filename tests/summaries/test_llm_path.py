@@ -4,10 +4,10 @@ recorded degradation, and the tenant's monthly token budget counted from the res
 
 import pytest
 
-from summaries.models import LlmUsage
 from summaries.selectors import segments_live
-from summaries.services import compaction_run, llm_tokens_used
-from summaries.services.llm_budget import current_month
+from summaries.services import compaction_run
+from tenants.llm_budget import current_month, llm_tokens_used
+from tenants.models import LlmUsage
 from tests.summaries.helpers import budgets, history
 
 pytestmark = pytest.mark.django_db
