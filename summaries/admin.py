@@ -13,10 +13,11 @@ from django.utils.text import Truncator
 
 from conversations.admin import ConversationAdmin
 from conversations.models import Conversation
-from summaries.models import LlmUsage, SummarySegment
+from summaries.models import SummarySegment
 from summaries.selectors import compaction_status
 from summaries.services import compaction_request
 from tenants.admin_scoping import AppendOnlyAdmin
+from tenants.models import LlmUsage
 
 _SEGMENT_COLUMNS = (
     "Messages",
