@@ -11,6 +11,7 @@ from typing import Any
 from context.state import ContextState
 from conversations.embedding import message_vectors_request
 from conversations.models import Message
+from knowledge.retrieval import knowledge_candidates
 from memory.archival import archival_search
 from memory.history_index import PassageHit, conversation_index, search
 from memory.recall import recall_other_conversations
@@ -193,6 +194,15 @@ def _other_conversations(state: ContextState, query: str, expansion: str) -> lis
     return items
 
 
+def _knowledge(state: ContextState, query: str) -> list[Item]:
+    """Documents and code in the conversation's scope, each cited (knowledge.retrieval)."""
+    found = knowledge_candidates(conversation=state.conversation, query=query, min_relevance=MIN_RELEVANCE)
+    return [
+        Item(text=c.text, tokens=count_cached(c.text, model=state.model), source=c.source, score=c.score)
+        for c in found
+    ]
+
+
 def load_retrieval(state: ContextState) -> None:
     """The retrieve stage: every candidate for B5, best first, in state.candidates. Memories and other
     conversations' hits are ranked by their own RRF scores; they interleave with this conversation's by
@@ -208,6 +218,7 @@ def load_retrieval(state: ContextState) -> None:
         _this_conversation(state, query),
         _archival(state, query, expansion),
         _other_conversations(state, query, expansion),
+        _knowledge(state, query),
     ]
     ranked: list[tuple[int, int, Item]] = []
     for order, items in enumerate(sources):

@@ -20,6 +20,7 @@ from tenants.api import (
     LimitedJSONParser,
     LimitedMultiPartParser,
     StrictSerializer,
+    cursor_page,
     error_responses,
     validated,
 )
@@ -37,27 +38,27 @@ class DocumentListCreateApi(APIView):
         end_user = serializers.CharField(max_length=_END_USER, required=False)
 
     class FilterSerializer(serializers.Serializer):
-        conversation = serializers.UUIDField(required=False)
-        end_user = serializers.CharField(max_length=_END_USER, required=False)
+        conversation = serializers.UUIDField(required=False, help_text="Only documents of this conversation")
+        end_user = serializers.CharField(
+            max_length=_END_USER, required=False, help_text="Only documents of this end user (external id)"
+        )
         scope = serializers.ChoiceField(choices=Document.Scope.choices, required=False)
         status = serializers.ChoiceField(choices=Document.Status.choices, required=False)
         kind = serializers.ChoiceField(choices=Document.Kind.choices, required=False)
-        limit = serializers.IntegerField(min_value=1, required=False)
+        limit = serializers.IntegerField(
+            min_value=1, required=False, help_text="Page size (default 50; above 200 counts as 200)"
+        )
+        cursor = serializers.CharField(required=False, help_text="Cursor from the previous page's next link")
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter("conversation", str, description="Only documents of this conversation"),
-            OpenApiParameter("end_user", str, description="Only documents of this end user (external id)"),
-            OpenApiParameter("scope", str, description="tenant, end_user or conversation"),
-            OpenApiParameter("status", str, description="pending, ready or failed"),
-            OpenApiParameter("kind", str, description="document or code"),
-            OpenApiParameter("limit", int, description="Page size (≤ 200)"),
-            OpenApiParameter("cursor", str, description="Cursor from the previous page's next link"),
-        ],
-        responses={200: DocumentOutputSerializer(many=True), **error_responses()},
+        operation_id="documents_list",
+        parameters=[FilterSerializer],
+        responses={200: cursor_page("DocumentPage", DocumentOutputSerializer), **error_responses()},
     )
     def get(self, request: Any) -> Response:
-        filters = validated(self.FilterSerializer, request.query_params)
+        # A plain dict: from a QueryDict, DRF reads an empty value (limit=) as absent.
+        filters = validated(self.FilterSerializer, request.query_params.dict())
+        filters.pop("cursor", None)
         filters.pop("limit", None)
         qs = document_list(
             tenant=request.auth.tenant,

@@ -239,6 +239,27 @@ class KnowledgeHit:
     symbol: float  # trigram similarity to the symbol (0: below the threshold or no symbol)
 
     @property
+    def citation(self) -> str:
+        """How a prompt cites the chunk: `src/billing/invoice.py:40-72 (render_invoice)` or
+        `file "requirements.pdf", page 3`."""
+        chunk, name = self.chunk, self.document_name
+        if chunk.kind == Document.Kind.CODE and chunk.start_line:
+            where = f"{chunk.path or name}:{chunk.start_line}-{chunk.end_line}"
+            return f"{where} ({chunk.symbol})" if chunk.symbol else where
+        parts = [f'file "{name}"']
+        if chunk.path and chunk.path != name:
+            parts.append(chunk.path)
+        if chunk.page:
+            parts.append(f"page {chunk.page}")
+        if chunk.sheet:
+            parts.append(f"sheet {chunk.sheet!r} {chunk.cell_range}".rstrip())
+        if chunk.heading:
+            parts.append(f"section {chunk.heading!r}")
+        if chunk.start_line and not chunk.page:
+            parts.append(f"lines {chunk.start_line}-{chunk.end_line}")
+        return ", ".join(parts)
+
+    @property
     def relevance(self) -> float:
         """How well the chunk answers, 0 to 1, on a scale that does not depend on the corpus."""
         return max(self.lexical, self.similarity, self.symbol)

@@ -42,26 +42,6 @@ class ChunkOutputSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-def citation(chunk: Chunk, document_name: str) -> str:
-    """How a prompt cites the chunk: `src/billing/invoice.py:40-72 (render_invoice)` or
-    `file "requirements.pdf", page 3`."""
-    if chunk.kind == Document.Kind.CODE and chunk.start_line:
-        where = f"{chunk.path or document_name}:{chunk.start_line}-{chunk.end_line}"
-        return f"{where} ({chunk.symbol})" if chunk.symbol else where
-    parts = [f'file "{document_name}"']
-    if chunk.path and chunk.path != document_name:
-        parts.append(chunk.path)
-    if chunk.page:
-        parts.append(f"page {chunk.page}")
-    if chunk.sheet:
-        parts.append(f"sheet {chunk.sheet!r} {chunk.cell_range}".rstrip())
-    if chunk.heading:
-        parts.append(f"section {chunk.heading!r}")
-    if chunk.start_line and not chunk.page:
-        parts.append(f"lines {chunk.start_line}-{chunk.end_line}")
-    return ", ".join(parts)
-
-
 def hit_data(hit: KnowledgeHit) -> dict[str, Any]:
     chunk = hit.chunk
     data: dict[str, Any] = {
@@ -73,7 +53,7 @@ def hit_data(hit: KnowledgeHit) -> dict[str, Any]:
     data.update({name: getattr(chunk, name) for name in PROVENANCE})
     data.update(
         {
-            "citation": citation(chunk, hit.document_name),
+            "citation": hit.citation,
             "content": chunk.content,
             "token_count": chunk.token_count,
             "score": hit.score,
