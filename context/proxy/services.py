@@ -4,6 +4,7 @@ the reply and its usage (after). Appending the completed reply is what runs the 
 compaction follow, as for any exchange."""
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,8 @@ class Prepared:
     upstream: Upstream
     body: dict[str, Any]
     context_id: str | None
+    # Milliseconds spent appending the client's new messages and assembling the context (Server-Timing).
+    timings: dict[str, float]
 
 
 def tenant_models(tenant: Tenant) -> list[str]:
@@ -119,8 +122,10 @@ def proxy_prepare(*, tenant: Tenant, request: ProxyRequest, conversation_id: str
         )
     upstream = upstream_for(fmt=request.fmt, tenant_settings=tenant.settings or {})
     conversation = _conversation(tenant=tenant, request=request, conversation_id=conversation_id)
+    started = time.perf_counter()
     try:
         synced = history.history_sync(conversation=conversation, items=request.messages)
+        appended = time.perf_counter()
         context = _current(conversation)
         context.model, context.format = request.model, request.fmt
         state = context_assemble(conversation=conversation, request=context)
@@ -133,6 +138,10 @@ def proxy_prepare(*, tenant: Tenant, request: ProxyRequest, conversation_id: str
         upstream=upstream,
         body=upstream_body(request=request, rendered=state.rendered),
         context_id=state.context_id,
+        timings={
+            "append": round((appended - started) * 1000, 2),
+            "context": round((time.perf_counter() - appended) * 1000, 2),
+        },
     )
 
 

@@ -54,7 +54,10 @@ async def _proxy(request: HttpRequest, parse: Callable[..., ProxyRequest], fmt: 
             request=proxy_request,
             conversation_id=request.headers.get(CONVERSATION_HEADER) or None,
         )
-        headers = {CONVERSATION_HEADER: str(prepared.conversation.pk)}
+        headers = {
+            CONVERSATION_HEADER: str(prepared.conversation.pk),
+            "Server-Timing": ", ".join(f"mnemo-{k};dur={v}" for k, v in prepared.timings.items()),
+        }
         loop = asyncio.get_running_loop()
         deadline_at = loop.time() + deadline_seconds()
         if not proxy_request.stream:
