@@ -5,6 +5,8 @@ The key comes as `Authorization: Bearer <key>`, as the subprotocol `mnemo.bearer
 with 4401 (no valid key) or 4404 (no such conversation for this tenant): a close before the handshake
 completes reaches the client as a bare HTTP 403, without the code."""
 
+import contextlib
+import logging
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -19,10 +21,13 @@ from tenants.models import ApiKey
 
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_NOT_FOUND = 4404
+CLOSE_TRY_AGAIN = 1013  # the channel layer (Redis) is down
 # Browsers cannot set headers on a WebSocket; a subprotocol is sent as a header and, unlike the query
 # string, is not part of the path servers log. The answer names "mnemo", never the offered token.
 SUBPROTOCOL = "mnemo"
 BEARER_SUBPROTOCOL = "mnemo.bearer."
+
+logger = logging.getLogger(__name__)
 
 
 async def refuse(consumer: AsyncJsonWebsocketConsumer, code: int) -> None:
@@ -40,6 +45,18 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
     api_key: ApiKey | None = None
     group: str | None = None
 
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except Exception as exc:
+            # The channel layer lost Redis while the socket was open (its receive loop fails): close with
+            # "try again later" rather than an internal error; the client reconnects when Redis is back.
+            if not (isinstance(exc, OSError) or type(exc).__module__.startswith("redis")):
+                raise
+            logger.warning("socket closed, the channel layer did not answer: %s", exc)
+            with contextlib.suppress(Exception):
+                await send({"type": "websocket.close", "code": CLOSE_TRY_AGAIN})
+
     async def connect(self) -> None:
         raw_key = self._raw_key()
         api_key = await database_sync_to_async(authenticate_raw_key)(raw_key)
@@ -55,8 +72,16 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             await refuse(self, CLOSE_NOT_FOUND)
             return
         self.api_key = api_key
-        self.group = conversation_group(tenant_id=api_key.tenant_id, conversation_id=conversation.id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        group = conversation_group(tenant_id=api_key.tenant_id, conversation_id=conversation.id)
+        try:
+            await self.channel_layer.group_add(group, self.channel_name)
+        except Exception as exc:
+            # The channel layer (Redis) does not answer: no event could reach this socket. Say so with the
+            # standard "try again later" instead of failing the handshake.
+            logger.warning("socket refused, the channel layer did not answer: %s", exc)
+            await refuse(self, CLOSE_TRY_AGAIN)
+            return
+        self.group = group
         await self.accept(chosen_subprotocol(self.scope))
 
     def _raw_key(self) -> str | None:

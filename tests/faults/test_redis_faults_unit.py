@@ -182,3 +182,38 @@ def test_workers_reconnect_forever_and_a_lost_task_comes_back_within_the_visibil
     assert limits and max(limits) < visibility < 3600
     assert visibility > 360
     assert app.conf.broker_transport_options["unacked_restore_throttle"] == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_socket_with_the_channel_layer_down_is_closed_with_try_again_later(owner, conversation, settings):
+    from asgiref.sync import async_to_sync
+    from channels.layers import channel_layers
+    from channels.testing import WebsocketCommunicator
+
+    from config.asgi import application
+    from conversations.consumers import CLOSE_TRY_AGAIN
+
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [DEAD_REDIS]}}
+    }
+    channel_layers.backends.clear()
+
+    async def scenario() -> dict:
+        socket = WebsocketCommunicator(
+            application,
+            f"/ws/conversations/{conversation.pk}/",
+            headers=[(b"authorization", f"Bearer {owner.raw_key}".encode())],
+        )
+        connected, _ = await socket.connect(timeout=10)
+        assert connected  # the handshake completes, so the client gets the close code
+        closed = await socket.receive_output(timeout=5)
+        await socket.disconnect()
+        return closed
+
+    try:
+        closed = async_to_sync(scenario)()
+    finally:
+        channel_layers.backends.clear()
+    assert closed == {"type": "websocket.close", "code": CLOSE_TRY_AGAIN, "reason": ""} or (
+        closed["type"] == "websocket.close" and closed["code"] == CLOSE_TRY_AGAIN
+    )

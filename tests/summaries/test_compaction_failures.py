@@ -157,7 +157,7 @@ def test_the_holder_renews_its_lease_while_it_runs(conversation, settings):
 
 
 @pytest.mark.redis
-def test_the_holder_renews_its_redis_lock_while_it_runs(conversation, settings):
+def test_the_holder_keeps_its_redis_lock_past_the_ttl_while_it_runs(conversation, settings):
     if not settings.REDIS_URL:
         pytest.skip("needs REDIS_URL")
     import redis
@@ -165,15 +165,11 @@ def test_the_holder_renews_its_redis_lock_while_it_runs(conversation, settings):
     from summaries.locks import lock_key
 
     client = redis.Redis.from_url(settings.REDIS_URL)
-    renewed = threading.Event()
     with compaction_lock(conversation.pk, ttl=3):
-        first = client.pttl(lock_key(conversation.pk))
-        for _ in range(50):
-            if client.pttl(lock_key(conversation.pk)) > first:
-                renewed.set()
-                break
-            threading.Event().wait(0.1)
-    assert renewed.is_set(), "the Redis lock was not renewed while its holder ran"
+        threading.Event().wait(4.5)  # longer than the TTL: only the heartbeat keeps it
+        assert client.exists(lock_key(conversation.pk)), "the lock expired under its running holder"
+        with pytest.raises(LockBusy), compaction_lock(conversation.pk, ttl=3):
+            pass
     assert not client.exists(lock_key(conversation.pk))
 
 
