@@ -29,12 +29,14 @@ from providers.tokens import count_message
 from tenants.errors import ApplicationError
 from tenants.models import Tenant
 from tenants.services import end_user_get_or_create
+from tenants.settings_schema import tenant_setting
 
 logger = logging.getLogger(__name__)
 
 
 def default_model(tenant: Tenant) -> str:
-    return (tenant.settings or {}).get("default_model") or settings.MNEMO_DEFAULT_MODEL
+    # A stored value the settings schema refuses (not text, a NUL) is not a model: the server default applies.
+    return tenant_setting(tenant.settings, "default_model") or settings.MNEMO_DEFAULT_MODEL
 
 
 def conversation_create(

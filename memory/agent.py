@@ -62,6 +62,7 @@ from providers.llm import LLMConfig, LLMError, LLMReply, ToolCall, chat_tools, l
 from providers.text import CODE_FENCE, prose_sentences, without_end_mark, wordset
 from tenants.errors import ApplicationError
 from tenants.models import EndUser
+from tenants.settings_schema import settings_usable
 
 logger = logging.getLogger(__name__)
 
@@ -899,7 +900,7 @@ def _usage_record(conversation: Conversation, reply: LLMReply) -> None:
 def _agent_llm(conversation: Conversation, run: AgentRun) -> LLMConfig | None:
     """The endpoint the agent may use now: None without one (rules) or when the month's budget is spent."""
     tenant = conversation.tenant
-    tenant_settings = tenant.settings or {}
+    tenant_settings = settings_usable(tenant.settings)
     config = llm_config(tenant_settings)
     if config is None:
         return None

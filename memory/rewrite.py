@@ -26,6 +26,7 @@ from django.core.cache import cache
 from conversations.models import Conversation, Message
 from memory.lexical import tokens
 from providers.llm import LLMConfig, LLMError, chat, llm_config
+from tenants.settings_schema import settings_usable
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ def _rules(query: str, texts: list[str], task_state: dict[str, Any] | None) -> R
 
 
 def _rewrite_llm(conversation: Conversation) -> LLMConfig | None:
-    config = llm_config(conversation.tenant.settings or {})
+    config = llm_config(settings_usable(conversation.tenant.settings))
     if config is None:
         return None
     timeout = getattr(settings, "MNEMO_QUERY_REWRITE_TIMEOUT_MS", DEFAULT_TIMEOUT_MS) / 1000

@@ -9,6 +9,7 @@ from django.conf import settings
 from conversations.models import Conversation
 from providers.llm import LLMConfig, llm_config
 from providers.model_table import model_info
+from tenants.settings_schema import settings_usable
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ def _int_setting(tenant_settings: dict[str, Any], key: str, default: int, minimu
 
 
 def compaction_config(conversation: Conversation) -> CompactionConfig:
-    tenant_settings = conversation.tenant.settings or {}
+    tenant_settings = settings_usable(conversation.tenant.settings)
     info = model_info(conversation.model)
     window_room = max(256, info.context_window - info.max_output_tokens)
     # Without its own history budget a tenant gets the default, but never more than three quarters of the

@@ -157,6 +157,9 @@ class TenantAdmin(TenantScopedAdmin):
         unknown = sorted(str(k) for k in stored if k not in SETTINGS) if isinstance(stored, dict) else []
         if unknown:
             problems.append(f"Unknown settings, ignored and dropped on save: {', '.join(unknown)}.")
+        if isinstance(stored, dict):  # support staff see this page too: keys are not shown
+            secret = {s.key for s in SCHEMA if s.kind == SECRET}
+            stored = {k: "••••" if k in secret and v else v for k, v in stored.items()}
         return format_html(
             '<pre style="white-space: pre-wrap">{}</pre>{}',
             json.dumps(stored, indent=2, ensure_ascii=False, sort_keys=True),

@@ -132,7 +132,9 @@ def _number_problem(setting: Setting, value: Any) -> str | None:
 def _text_problem(setting: Setting, value: Any) -> str | None:
     limit = MAX_URL if setting.kind == URL else MAX_TEXT
     if not isinstance(value, str):
-        return f"must be text, not {value!r}."
+        # A secret is not echoed (problems reach logs and context responses).
+        shown = f"a {type(value).__name__}" if setting.kind == SECRET else repr(value)
+        return f"must be text, not {shown}."
     if len(value) > limit:
         return f"must be at most {limit} characters."
     found = text_problem(value)
@@ -211,6 +213,12 @@ def settings_read(stored: Any) -> tuple[dict[str, Any], list[str]]:
         else:
             problems.append(f"Tenant setting {key} {problem} The default ({setting.default()!r}) applies.")
     return usable, problems
+
+
+def settings_usable(stored: Any) -> dict[str, Any]:
+    """What a reader of the settings passes on: the stored values that fit (a bad one is left out, so the
+    reader's default applies; the context call reports it)."""
+    return settings_read(stored)[0]
 
 
 def tenant_setting(stored: Any, key: str) -> Any:

@@ -80,12 +80,15 @@ def test_a_valid_form_stores_typed_values_and_drops_unknown_keys(client, member,
     }
 
 
-def test_support_may_not_change_settings(client, support, owner):
+def test_support_may_not_change_settings_nor_read_keys(client, support, owner):
+    Tenant.objects.filter(pk=owner.tenant.pk).update(settings={"llm_api_key": "sk-tenant-secret"})
     client.force_login(support.user)
-    assert client.get(change_url(owner.tenant)).status_code == 200
+    page = client.get(change_url(owner.tenant))
+    assert page.status_code == 200
+    assert "sk-tenant-secret" not in page.content.decode()
     assert client.post(change_url(owner.tenant), form(owner.tenant, token_budget="5000")).status_code == 403
     owner.tenant.refresh_from_db()
-    assert owner.tenant.settings == {}
+    assert owner.tenant.settings == {"llm_api_key": "sk-tenant-secret"}
 
 
 def test_a_save_takes_effect_at_the_next_call(client, member, owner, conversation):
@@ -138,3 +141,50 @@ def test_the_schema_checks_types_bounds_and_choices(key, bad, good):
     assert list(refused.value.errors) == [key]
     assert settings_read({key: bad})[0] == {}
     assert settings_read({key: good}) == ({key: good}, [])
+
+
+# A value of the wrong type for every known setting, as a save around the schema could leave them.
+EVERY_SETTING_BAD = {
+    s.key: {"int": "lots", "bool": "no", "choice": "bogus", "list": "gpt-4o"}.get(s.kind, ["not", "text"])
+    for s in SCHEMA
+}
+
+
+def test_every_setting_stored_bad_still_serves_the_tenant(owner):
+    """Conversation, messages (with an image), context: the defaults apply and the context call says which
+    settings it ignored."""
+    from tests.cold_storage.helpers import frame, image_part
+
+    Tenant.objects.filter(pk=owner.tenant.pk).update(settings=EVERY_SETTING_BAD)
+    created = owner.client.post("/api/v1/conversations", {"end_user": "alice"}, format="json")
+    assert created.status_code == 201, created.content
+    assert created.json()["model"] == settings.MNEMO_DEFAULT_MODEL
+    conversation_id = created.json()["id"]
+    messages = f"/api/v1/conversations/{conversation_id}/messages"
+    parts = [{"type": "text", "text": "look"}, image_part(frame(1))]
+    response = owner.client.post(messages, {"role": "user", "parts": parts}, format="json")
+    assert response.status_code == 201, response.content
+    response = owner.client.post(messages, {"role": "assistant", "content": "Seen."}, format="json")
+    assert response.status_code == 201, response.content
+    response = owner.client.post(
+        f"/api/v1/conversations/{conversation_id}/context", {"user_message": "and now?"}, format="json"
+    )
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["token_budget"] == settings.MNEMO_DEFAULT_TOKEN_BUDGET
+    [degradation] = [d for d in body["degradations"] if d["code"] == "invalid_tenant_setting"]
+    assert all(key in degradation["message"] for key in EVERY_SETTING_BAD)
+
+
+def test_background_llm_work_ignores_a_bad_endpoint(owner, conversation, settings):
+    """A tenant URL that is not text was used as the endpoint (str() of whatever was stored)."""
+    from memory.agent import AgentRun, _agent_llm
+    from summaries.conf import compaction_config
+
+    settings.LLM_BASE_URL, settings.LLM_API_KEY = "", ""
+    Tenant.objects.filter(pk=owner.tenant.pk).update(
+        settings={"llm_base_url": ["http://x"], "llm_api_key": 5}
+    )
+    conversation.tenant.refresh_from_db()
+    assert compaction_config(conversation).llm is None
+    assert _agent_llm(conversation, AgentRun()) is None
