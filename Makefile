@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: run install migrate demo serve test test-services lint format bench clean \
+.PHONY: run install migrate demo serve test test-services lint schema-check format bench clean \
 	bench-append bench-prefix-cache bench-context-latency bench-compaction bench-visual bench-recall \
 	bench-embedding bench-quality
 
@@ -38,6 +38,10 @@ test: install
 test-services: install
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test} \
 	REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} $(BIN)/pytest -q
+
+# The API against its OpenAPI schema: schemathesis over every operation of the embedded server (.ci/schema-check).
+schema-check: install
+	.ci/schema-check
 
 lint: install
 	$(BIN)/ruff check .

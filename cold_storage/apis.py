@@ -13,7 +13,14 @@ from rest_framework.views import APIView
 from cold_storage import services
 from cold_storage.models import ArchivedImage
 from cold_storage.selectors import access_image, image_bytes
-from tenants.api import ERROR_SCHEMA, StrictBooleanField, StrictSerializer, error_responses, validated
+from tenants.api import (
+    ERROR_SCHEMA,
+    StrictBooleanField,
+    StrictSerializer,
+    error_responses,
+    optional_body,
+    validated,
+)
 
 
 class ImageOutputSerializer(serializers.ModelSerializer):
@@ -88,6 +95,6 @@ class ImagePinApi(APIView):
     )
     def post(self, request: Any, image_id: str) -> Response:
         image = access_image(tenant=request.auth.tenant, image_id=image_id)
-        data = validated(ImagePinInputSerializer, request.data or {})
+        data = validated(ImagePinInputSerializer, optional_body(request))
         image = services.image_pin(image=image, pinned=data["pinned"])
         return Response(ImageOutputSerializer(image).data)

@@ -7,7 +7,7 @@ from django.views.defaults import page_not_found
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 
-from config import ops
+from config import ops, schema  # noqa: F401  (schema registers the OpenAPI extensions)
 
 # The schema and its viewer are public: they describe the API, they expose no tenant data.
 _public = {"authentication_classes": [], "permission_classes": [AllowAny]}

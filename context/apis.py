@@ -3,7 +3,7 @@
 from typing import Any
 
 from django.conf import settings
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import ErrorDetail
 from rest_framework.response import Response
@@ -13,6 +13,12 @@ from context import services
 from context.models import AgentProfile
 from context.pipeline import ContextRequest, context_assemble, context_payload
 from context.selectors import access_agent_profile
+from context.serializers import (
+    AgentProfileListOutputSerializer,
+    AgentProfileOutputSerializer,
+    ContextOutputSerializer,
+    ConversationAgentProfileOutputSerializer,
+)
 from conversations.selectors import access_conversation
 from prefix_cache.rendering import FORMATS
 from tenants.api import (
@@ -54,6 +60,10 @@ class ContextApi(APIView):
         retrieval = RetrievalSerializer(required=False)
         agent_profile = serializers.UUIDField(required=False)
 
+        openapi_request_extra = {  # exactly one of the two (config/schema.py)
+            "oneOf": [{"required": ["user_message"]}, {"required": ["user_message_id"]}]
+        }
+
         def validate(self, data: dict[str, Any]) -> dict[str, Any]:
             if ("user_message" in data) == ("user_message_id" in data):
                 raise serializers.ValidationError(
@@ -82,7 +92,7 @@ class ContextApi(APIView):
     @extend_schema(
         request=InputSerializer,
         responses={
-            200: inline_serializer("Context", {"messages": serializers.ListField()}),
+            200: ContextOutputSerializer,
             **error_responses(),
         },
         description="Assemble the prompt for the next model call: B1 + B2a + B4 in the system message, "
@@ -108,13 +118,6 @@ class ContextApi(APIView):
         return Response(context_payload(state))
 
 
-class AgentProfileOutputSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = AgentProfile
-        fields = ["id", "name", "scope", "policy", "is_default", "version", "created_at", "updated_at"]
-        read_only_fields = fields
-
-
 class AgentProfileListCreateApi(APIView):
     class InputSerializer(StrictSerializer):
         name = serializers.CharField(max_length=100)
@@ -122,7 +125,10 @@ class AgentProfileListCreateApi(APIView):
         policy = serializers.CharField(required=False, allow_blank=True, default="", max_length=20000)
         is_default = StrictBooleanField(required=False, default=False)
 
-    @extend_schema(responses={200: AgentProfileOutputSerializer(many=True), **error_responses()})
+    @extend_schema(
+        operation_id="agent_profiles_list",
+        responses={200: AgentProfileListOutputSerializer, **error_responses()},
+    )
     def get(self, request: Any) -> Response:
         profiles = AgentProfile.objects.filter(tenant=request.auth.tenant).order_by("name")
         return Response({"results": AgentProfileOutputSerializer(profiles, many=True).data})
@@ -171,7 +177,9 @@ class ConversationAgentProfileApi(APIView):
         agent_profile = serializers.UUIDField(allow_null=True)
 
     @extend_schema(
-        request=InputSerializer, responses={200: AgentProfileOutputSerializer, **error_responses()}
+        request=InputSerializer,
+        responses={200: ConversationAgentProfileOutputSerializer, **error_responses()},
+        description="Assign an agent profile to the conversation (null: back to the tenant's default).",
     )
     def put(self, request: Any, conversation_id: str) -> Response:
         conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)

@@ -8,7 +8,14 @@ from django.conf import settings
 from django.http import StreamingHttpResponse
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
 from rest_framework import serializers, status
 from rest_framework.exceptions import ErrorDetail, ParseError, ValidationError
 from rest_framework.pagination import CursorPagination
@@ -17,7 +24,7 @@ from rest_framework.views import APIView
 
 from conversations import services
 from conversations.models import Message
-from conversations.parts import parts_validate
+from conversations.parts import PART_TYPES, parts_validate
 from conversations.selectors import (
     access_conversation,
     access_message,
@@ -28,6 +35,7 @@ from conversations.selectors import (
 from conversations.serializers import (
     ConversationDetailOutputSerializer,
     ConversationOutputSerializer,
+    MessageBatchOutputSerializer,
     MessageOutputSerializer,
     TurnOutputSerializer,
 )
@@ -39,6 +47,7 @@ from tenants.api import (
     RawBodyParser,
     StrictBooleanField,
     StrictSerializer,
+    cursor_page,
     error_responses,
     json_body,
     validated,
@@ -47,6 +56,7 @@ from tenants.errors import ApplicationError
 from tenants.validation import INT64_MAX
 
 
+@extend_schema_field({"type": "object", "additionalProperties": True})
 class MetadataField(serializers.JSONField):
     def to_internal_value(self, data: Any) -> Any:
         if not isinstance(data, dict):
@@ -54,6 +64,20 @@ class MetadataField(serializers.JSONField):
         return super().to_internal_value(data)
 
 
+@extend_schema_field(
+    {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "required": ["type"],
+            "properties": {"type": {"type": "string", "enum": list(PART_TYPES)}},
+            "additionalProperties": True,
+        },
+        "description": "text {text}; image {image_id | data + media_type | upload, detail?, role?, "
+        "description?}; tool_call {id, name, arguments}; tool_result {tool_call_id, content, is_error?, "
+        "name?}.",
+    }
+)
 class PartsField(serializers.JSONField):
     def to_internal_value(self, data: Any) -> Any:
         return parts_validate(data)
@@ -111,22 +135,23 @@ class ConversationListCreateApi(APIView):
         metadata = MetadataField(required=False, default=dict)
 
     class FilterSerializer(serializers.Serializer):
-        end_user = serializers.CharField(max_length=255, required=False)
+        end_user = serializers.CharField(
+            max_length=255, required=False, help_text="Only conversations of this end user (external id)"
+        )
         # Checked here: the paginator would ignore a limit it cannot read (-1, null) and use its default.
-        limit = serializers.IntegerField(min_value=1, required=False)
+        limit = serializers.IntegerField(
+            min_value=1, required=False, help_text="Page size (default 50; above 200 counts as 200)"
+        )
+        cursor = serializers.CharField(required=False, help_text="Cursor from the previous page's next link")
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter(
-                "end_user", str, description="Only conversations of this end user (external id)"
-            ),
-            OpenApiParameter("limit", int, description="Page size (≤ 200)"),
-            OpenApiParameter("cursor", str, description="Cursor from the previous page's next link"),
-        ],
-        responses={200: ConversationOutputSerializer(many=True), **error_responses()},
+        operation_id="conversations_list",
+        parameters=[FilterSerializer],
+        responses={200: cursor_page("ConversationPage", ConversationOutputSerializer), **error_responses()},
     )
     def get(self, request: Any) -> Response:
-        filters = validated(self.FilterSerializer, request.query_params)
+        # A plain dict: from a QueryDict, DRF reads an empty value (limit=) as absent.
+        filters = validated(self.FilterSerializer, request.query_params.dict())
         qs = conversation_list(tenant=request.auth.tenant, end_user_external_id=filters.get("end_user"))
         paginator = ConversationCursorPagination()
         page = paginator.paginate_queryset(qs, request, view=self)
@@ -178,9 +203,20 @@ class ConversationDetailApi(APIView):
 # --- messages ----------------------------------------------------------------------------------------------
 
 
+# Text fields checked by validate_role/validate_kind (with codes of their own); the schema names the values.
+@extend_schema_field({"type": "string", "enum": Message.Role.values})
+class RoleField(serializers.CharField):
+    pass
+
+
+@extend_schema_field({"type": "string", "enum": [Message.Kind.MESSAGE]})
+class KindField(serializers.CharField):
+    pass
+
+
 class MessageInputSerializer(StrictSerializer):
-    role = serializers.CharField()
-    kind = serializers.CharField(required=False, default=Message.Kind.MESSAGE)
+    role = RoleField()
+    kind = KindField(required=False, default=Message.Kind.MESSAGE)
     content = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
     parts = PartsField(required=False, default=list)
     completed = StrictBooleanField(required=False, default=True)
@@ -194,7 +230,7 @@ class MessageInputSerializer(StrictSerializer):
         help_text="When the message was written (ISO 8601 with an offset or Z; a date alone is midnight UTC, "
         "a time without an offset is UTC); from 1970 to a day ahead. Default: now. Order stays by seq.",
     )
-    usage = serializers.JSONField(
+    usage = serializers.DictField(
         required=False,
         help_text="On an assistant message: the provider's usage object, as returned, for cache accounting.",
     )
@@ -221,6 +257,29 @@ class MessageBatchInputSerializer(StrictSerializer):
     messages = serializers.ListField(child=MessageInputSerializer(), allow_empty=False)
 
 
+# The body of an append is one message or a batch; so is the answer.
+MESSAGE_APPEND_REQUEST = PolymorphicProxySerializer(
+    component_name="MessageAppend",
+    serializers=[MessageInputSerializer, MessageBatchInputSerializer],
+    resource_type_field_name=None,
+    many=False,
+)
+MESSAGE_APPEND_MULTIPART = inline_serializer(
+    "MessageAppendMultipart",
+    {
+        "message": serializers.CharField(
+            help_text="The JSON message (or batch); its image parts name uploaded files by field name."
+        )
+    },
+)
+MESSAGE_APPEND_RESPONSE = PolymorphicProxySerializer(
+    component_name="MessageAppended",
+    serializers=[MessageOutputSerializer, MessageBatchOutputSerializer],
+    resource_type_field_name=None,
+    many=False,
+)
+
+
 def _multipart_message(request: Any) -> tuple[Any, dict[str, Any]]:
     """A multipart append: the "message" field holds the JSON message (or batch); image parts name the
     uploaded files with {"type": "image", "upload": "<field>"}."""
@@ -245,14 +304,20 @@ class MessageListCreateApi(APIView):
     parser_classes = [LimitedJSONParser, LimitedMultiPartParser]
 
     class FilterSerializer(serializers.Serializer):
-        after_seq = serializers.IntegerField(min_value=0, max_value=INT64_MAX, required=False, default=0)
-        limit = serializers.IntegerField(min_value=1, max_value=1000, required=False, default=100)
+        after_seq = serializers.IntegerField(
+            min_value=0,
+            max_value=INT64_MAX,
+            required=False,
+            default=0,
+            help_text="Return messages with seq greater than this",
+        )
+        limit = serializers.IntegerField(
+            min_value=1, max_value=1000, required=False, default=100, help_text="At most this many"
+        )
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter("after_seq", int, description="Return messages with seq greater than this"),
-            OpenApiParameter("limit", int, description="At most this many (≤ 1000)"),
-        ],
+        operation_id="conversations_messages_list",
+        parameters=[FilterSerializer],
         responses={
             200: inline_serializer(
                 "MessagePage",
@@ -267,7 +332,7 @@ class MessageListCreateApi(APIView):
     )
     def get(self, request: Any, conversation_id: str) -> Response:
         conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
-        filters = validated(self.FilterSerializer, request.query_params)
+        filters = validated(self.FilterSerializer, request.query_params.dict())
         rows = message_list(
             conversation=conversation, after_seq=filters["after_seq"], limit=filters["limit"] + 1
         )
@@ -282,7 +347,10 @@ class MessageListCreateApi(APIView):
         )
 
     @extend_schema(
-        request=MessageInputSerializer,
+        request={
+            "application/json": MESSAGE_APPEND_REQUEST,
+            "multipart/form-data": MESSAGE_APPEND_MULTIPART,
+        },
         parameters=[
             OpenApiParameter(
                 "Idempotency-Key",
@@ -298,8 +366,8 @@ class MessageListCreateApi(APIView):
         '"<field>"}`); they are validated, hashed, deduplicated and stored, and the stored part names the '
         "image (`image_id`, `duplicate_of` when it repeats the previous screen).",
         responses={
-            201: MessageOutputSerializer,
-            200: OpenApiResponse(MessageOutputSerializer, description="Replay of an earlier request"),
+            201: MESSAGE_APPEND_RESPONSE,
+            200: OpenApiResponse(MESSAGE_APPEND_RESPONSE, description="Replay of an earlier request"),
             **error_responses(CONFLICT_RESPONSES),
         },
     )

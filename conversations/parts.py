@@ -48,7 +48,7 @@ def parts_validate(parts: Any) -> list[dict[str, Any]]:
         if not isinstance(part, dict):
             raise _fail(index, "Each part must be an object.")
         part_type = part.get("type")
-        if part_type not in _SCHEMAS:
+        if not isinstance(part_type, str) or part_type not in _SCHEMAS:  # {"type": {}} is not hashable
             raise _fail(index, f"Unknown part type {part_type!r}; expected one of {', '.join(PART_TYPES)}.")
         required, optional = _SCHEMAS[part_type]
         unknown = set(part) - set(required) - set(optional) - {"type"}

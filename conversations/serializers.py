@@ -135,3 +135,7 @@ class ConversationDetailOutputSerializer(ConversationOutputSerializer):
     @extend_schema_field(RetrievalIndexSerializer)
     def get_retrieval_index(self, obj: Conversation) -> dict[str, Any]:
         return retrieval_index_status(obj)
+
+
+class MessageBatchOutputSerializer(serializers.Serializer):
+    messages = MessageOutputSerializer(many=True)

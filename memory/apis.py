@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 
 from conversations.selectors import access_conversation
 from memory import archival, enduser, selectors, services, state
+from memory import serializers as out
 from memory.models import Actor, ArchivalMemory, StateEvent
 from tenants.api import StrictSerializer, error_responses, validated
 from tenants.errors import ApplicationError
@@ -28,8 +29,16 @@ PRECONDITION_RESPONSES = {
     428: OpenApiResponse(description="if_match_required: the block exists and no If-Match was sent"),
 }
 IF_MATCH = OpenApiParameter(
-    "If-Match", str, OpenApiParameter.HEADER, required=False, description='The version read, e.g. "3"'
+    "If-Match",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
+    description='The version read, e.g. "3" (or W/"3", or 3)',
+    pattern=r'^(W/)?"?[0-9]+"?$',
 )
+# A label as written (PUT creates the block) and as looked up (blocks an operator named in the admin too).
+NEW_LABEL = OpenApiParameter("label", str, OpenApiParameter.PATH, pattern=LABEL_RE.pattern)
+STORED_LABEL = OpenApiParameter("label", str, OpenApiParameter.PATH, pattern=STORED_LABEL_RE.pattern)
 
 
 def _label(label: str) -> str:
@@ -69,7 +78,7 @@ def _block_response(block: Any, *, status_code: int = 200) -> Response:
 class CoreMemoryBlockListApi(APIView):
     @extend_schema(
         operation_id="users_memory_blocks_list",
-        responses={200: dict, **error_responses()},
+        responses={200: out.CoreMemoryBlockListOutputSerializer, **error_responses()},
         description="The end user's core memory "
         "blocks in render order (persona, preferences, profile, then custom labels).",
     )
@@ -93,7 +102,9 @@ class CoreMemoryBlockDetailApi(APIView):
         char_limit = serializers.IntegerField(required=False, min_value=1, max_value=100_000)
         reason = serializers.CharField(required=False, allow_blank=True, max_length=1000, default="")
 
-    @extend_schema(responses={200: dict, **error_responses()})
+    @extend_schema(
+        parameters=[STORED_LABEL], responses={200: out.CoreMemoryBlockOutputSerializer, **error_responses()}
+    )
     def get(self, request: Any, external_id: str, label: str) -> Response:
         end_user = access_end_user(tenant=request.auth.tenant, external_id=external_id)
         block = end_user.memory_blocks.filter(label=_stored_label(label)).first()
@@ -103,8 +114,12 @@ class CoreMemoryBlockDetailApi(APIView):
 
     @extend_schema(
         request=CoreMemoryPutSerializer,
-        parameters=[IF_MATCH],
-        responses={200: dict, 201: dict, **error_responses(PRECONDITION_RESPONSES)},
+        parameters=[IF_MATCH, NEW_LABEL],
+        responses={
+            200: out.CoreMemoryBlockOutputSerializer,
+            201: out.CoreMemoryBlockOutputSerializer,
+            **error_responses(PRECONDITION_RESPONSES),
+        },
         description="Create or replace a block. Replacing an existing block needs If-Match with its version.",
     )
     def put(self, request: Any, external_id: str, label: str) -> Response:
@@ -127,8 +142,8 @@ class CoreMemoryBlockDetailApi(APIView):
 
     @extend_schema(
         request=CoreMemoryPatchSerializer,
-        parameters=[IF_MATCH],
-        responses={200: dict, **error_responses(PRECONDITION_RESPONSES)},
+        parameters=[IF_MATCH, STORED_LABEL],
+        responses={200: out.CoreMemoryBlockOutputSerializer, **error_responses(PRECONDITION_RESPONSES)},
         description="Change a block: `value` replaces, `append` adds a line, `char_limit` resizes. "
         "Needs If-Match.",
     )
@@ -160,7 +175,7 @@ class MemoryOperationListApi(APIView):
 
     @extend_schema(
         parameters=[MemoryOperationFilterSerializer],
-        responses={200: dict, **error_responses()},
+        responses={200: out.MemoryOperationListOutputSerializer, **error_responses()},
         description="Every change to the end user's memory, newest first: old and new value, who and why.",
     )
     def get(self, request: Any, external_id: str) -> Response:
@@ -198,7 +213,7 @@ def _event_data(event: Any) -> dict[str, Any]:
 
 class TaskStateApi(APIView):
     @extend_schema(
-        responses={200: dict, **error_responses()},
+        responses={200: out.TaskStateOutputSerializer, **error_responses()},
         description="The task state as the model sees it: the base (folded up to `base_epoch`) with the "
         "newer events applied in epoch order (the overlay). `session_profile` is the session profile (B2b).",
     )
@@ -217,8 +232,8 @@ class StateEventCreateApi(APIView):
     @extend_schema(
         request=StateEventInputSerializer,
         responses={
-            200: dict,
-            201: dict,
+            200: out.StateEventCreateOutputSerializer,
+            201: out.StateEventCreateOutputSerializer,
             **error_responses({409: OpenApiResponse(description="epoch_moved: read the state again")}),
         },
         description="Append a task-state event at the epoch you read: `set` {path, value}, `merge` {path?, "
@@ -237,7 +252,7 @@ class StateEventCreateApi(APIView):
 class StateFoldApi(APIView):
     @extend_schema(
         request=None,
-        responses={200: dict, **error_responses()},
+        responses={200: out.StateFoldOutputSerializer, **error_responses()},
         description="Fold the pending events into the base now. The epoch stays (the state is the same).",
     )
     def post(self, request: Any, conversation_id: str) -> Response:
@@ -252,7 +267,7 @@ class StateFoldApi(APIView):
 class ArchivalMemoryListCreateApi(APIView):
     class ArchivalMemoryInputSerializer(StrictSerializer):
         content = serializers.CharField(max_length=20_000)
-        kind = serializers.ChoiceField(choices=ArchivalMemory.Kind.values, default=ArchivalMemory.Kind.FACT)
+        kind = serializers.ChoiceField(choices=ArchivalMemory.Kind.choices, default=ArchivalMemory.Kind.FACT)
         importance = serializers.FloatField(min_value=0, max_value=1, default=0.5)
         subject = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
         conversation_id = serializers.UUIDField(required=False)
@@ -268,7 +283,7 @@ class ArchivalMemoryListCreateApi(APIView):
     @extend_schema(
         operation_id="users_memories_list",
         parameters=[ArchivalMemoryFilterSerializer],
-        responses={200: dict, **error_responses()},
+        responses={200: out.ArchivalMemoryListOutputSerializer, **error_responses()},
     )
     def get(self, request: Any, external_id: str) -> Response:
         end_user = access_end_user(tenant=request.auth.tenant, external_id=external_id)
@@ -280,7 +295,11 @@ class ArchivalMemoryListCreateApi(APIView):
 
     @extend_schema(
         request=ArchivalMemoryInputSerializer,
-        responses={200: dict, 201: dict, **error_responses()},
+        responses={
+            200: out.ArchivalInsertOutputSerializer,
+            201: out.ArchivalInsertOutputSerializer,
+            **error_responses(),
+        },
         description="Store a fact or episode. A near-duplicate of a live memory is merged into it (200, "
         "action=merged); a fact about the same subject ('my X is …', or `subject`) invalidates the older one "
         "(kept, marked, excluded from search).",
@@ -321,7 +340,7 @@ class ArchivalMemorySearchApi(APIView):
 
     @extend_schema(
         parameters=[ArchivalSearchFilterSerializer],
-        responses={200: dict, **error_responses()},
+        responses={200: out.ArchivalSearchOutputSerializer, **error_responses()},
         description="Hybrid search over live memories: BM25 and exact vector rankings fused with reciprocal "
         "rank fusion (k = 60). Without embeddings it is lexical only, reported in `degradations`.",
     )
@@ -347,7 +366,7 @@ class ArchivalMemorySearchApi(APIView):
 
 
 class ArchivalMemoryDetailApi(APIView):
-    @extend_schema(responses={200: dict, **error_responses()})
+    @extend_schema(responses={200: out.ArchivalMemoryOutputSerializer, **error_responses()})
     def get(self, request: Any, external_id: str, memory_id: str) -> Response:
         end_user = access_end_user(tenant=request.auth.tenant, external_id=external_id)
         memory = access_object(ArchivalMemory.objects.all(), pk=memory_id, end_user=end_user)
@@ -366,7 +385,7 @@ class ArchivalMemoryDetailApi(APIView):
 
 class EndUserExportApi(APIView):
     @extend_schema(
-        responses={200: dict, **error_responses()},
+        responses={200: out.EndUserExportOutputSerializer, **error_responses()},
         description="Everything Mnemo holds about the end user: core memory with its history, archival "
         "memories (invalidated ones too), the memory-operation log, and their conversations with messages "
         "and "
@@ -381,7 +400,7 @@ class EndUserExportApi(APIView):
 
 class EndUserDetailApi(APIView):
     @extend_schema(
-        responses={200: dict, **error_responses()},
+        responses={200: out.EndUserDeleteOutputSerializer, **error_responses()},
         description="Delete the end user and all their data: memory, conversations, transcripts and images.",
     )
     def delete(self, request: Any, external_id: str) -> Response:

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -27,11 +27,33 @@ class CacheUsageOutputSerializer(serializers.Serializer):
     hint_level = serializers.CharField()
 
 
+@extend_schema_field({"type": "object", "additionalProperties": True})
+class UsageObjectField(serializers.JSONField):
+    """Any JSON here; usage_parse answers 400 invalid_usage for what is not a usage object."""
+
+
+class CacheStatsRowSerializer(serializers.Serializer):
+    key = serializers.CharField(help_text="The model, the day (YYYY-MM-DD) or the conversation id.")
+    requests = serializers.IntegerField()
+    prompt_tokens = serializers.IntegerField()
+    cached_tokens = serializers.IntegerField()
+    cache_write_tokens = serializers.IntegerField()
+    hit_rate = serializers.FloatField()
+    predicted_cacheable_tokens = serializers.IntegerField()
+    prediction_mean_abs_error_tokens = serializers.FloatField()
+    prediction_error_rate = serializers.FloatField()
+    savings_usd = serializers.FloatField()
+    unpriced_models = serializers.ListField(child=serializers.CharField())
+
+
+class CacheStatsOutputSerializer(serializers.Serializer):
+    group_by = serializers.ChoiceField(choices=GROUPS)
+    results = CacheStatsRowSerializer(many=True)
+
+
 class UsageApi(APIView):
     class InputSerializer(StrictSerializer):
-        usage = serializers.JSONField(
-            help_text="The provider's usage object (or whole response), as returned."
-        )
+        usage = UsageObjectField(help_text="The provider's usage object (or whole response), as returned.")
         provider = serializers.ChoiceField(choices=PROVIDERS, required=False)
         context_id = serializers.UUIDField(required=False)
 
@@ -57,19 +79,13 @@ class UsageApi(APIView):
 class CacheStatsApi(APIView):
     class FilterSerializer(StrictSerializer):
         group_by = serializers.ChoiceField(choices=GROUPS, required=False, default="model")
-        since = serializers.DateTimeField(required=False)
-        until = serializers.DateTimeField(required=False)
+        since = serializers.DateTimeField(required=False, help_text="ISO 8601, inclusive")
+        until = serializers.DateTimeField(required=False, help_text="ISO 8601, exclusive")
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter("group_by", str, enum=list(GROUPS)),
-            OpenApiParameter("since", str, description="ISO 8601, inclusive"),
-            OpenApiParameter("until", str, description="ISO 8601, exclusive"),
-        ],
-        responses={
-            200: inline_serializer("CacheStats", {"results": serializers.ListField()}),
-            **error_responses(),
-        },
+        operation_id="prefix_cache_stats",
+        parameters=[FilterSerializer],
+        responses={200: CacheStatsOutputSerializer, **error_responses()},
     )
     def get(self, request: Any) -> Response:
         filters = validated(self.FilterSerializer, request.query_params.dict())

@@ -12,7 +12,7 @@ from summaries.locks import LockBusy
 from summaries.models import SummarySegment
 from summaries.selectors import compaction_status
 from summaries.services import CompactionStale, compaction_run, outcome_data, segment_data
-from tenants.api import CONFLICT_RESPONSES, StrictSerializer, error_responses, validated
+from tenants.api import CONFLICT_RESPONSES, StrictSerializer, error_responses, optional_body, validated
 from tenants.errors import ApplicationError
 
 SEGMENT_SCHEMA = inline_serializer(
@@ -96,7 +96,7 @@ class CompactApi(APIView):
     )
     def post(self, request: Any, conversation_id: str) -> Response:
         conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
-        data = validated(self.InputSerializer, request.data or {})
+        data = validated(self.InputSerializer, optional_body(request))
         try:
             outcome = compaction_run(
                 conversation=conversation, trigger="manual", instructions=data["instructions"], sync=True
@@ -124,7 +124,11 @@ class SummarySegmentListApi(APIView):
         parameters=[OpenApiParameter("all", bool, description="Include superseded segments")],
         responses={
             200: inline_serializer(
-                "SummarySegmentList", {"results": SEGMENT_SCHEMA, "compaction": COMPACTION_STATUS_SCHEMA}
+                "SummarySegmentList",
+                {
+                    "results": serializers.ListField(child=SEGMENT_SCHEMA),
+                    "compaction": COMPACTION_STATUS_SCHEMA,
+                },
             ),
             **error_responses(),
         },

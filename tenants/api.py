@@ -82,9 +82,21 @@ class RawBodyParser(BaseParser):
         return read_limited(stream)
 
 
+def _wrong_type(field: serializers.Field, value: Any) -> bool:
+    """A value DRF would coerce although its JSON type is not the field's: a number or a boolean for text
+    (0 -> "0"), a boolean for a number (false -> 0.0). Query strings hold text only, so this holds for them
+    too."""
+    if isinstance(field, serializers.ListField) and isinstance(value, list):
+        return any(_wrong_type(field.child, item) for item in value)
+    if isinstance(field, serializers.CharField):
+        return not isinstance(value, str | None)
+    numeric = serializers.IntegerField | serializers.FloatField | serializers.DecimalField
+    return isinstance(field, numeric) and isinstance(value, bool)
+
+
 class StrictSerializer(serializers.Serializer):
     """Unknown fields are an error, not silently ignored: a typo in a field name must not pass as a
-    request that did something else."""
+    request that did something else. Nor is a value of the wrong JSON type that DRF would coerce."""
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):
@@ -93,7 +105,24 @@ class StrictSerializer(serializers.Serializer):
                 raise ValidationError(
                     {key: [ErrorDetail("Unknown field.", code="unknown_field")] for key in unknown}
                 )
+            self._check_raw(data)
         return super().to_internal_value(data)
+
+    def _check_raw(self, data: dict[str, Any]) -> None:
+        """The values as sent, before DRF coerces or trims them: of the field's JSON type, and text within
+        max_length as sent (DRF counts after trimming whitespace; the schema's maxLength is the input's)."""
+        errors: dict[str, list[ErrorDetail]] = {}
+        for name, field in self.fields.items():
+            if name not in data:
+                continue
+            value, limit = data[name], getattr(field, "max_length", None)
+            if _wrong_type(field, value):
+                errors[name] = [ErrorDetail("Wrong JSON type for this field.", code="invalid")]
+            elif isinstance(value, str) and limit is not None and len(value) > limit:
+                message = f"Ensure this field has no more than {limit} characters."
+                errors[name] = [ErrorDetail(message, code="max_length")]
+        if errors:
+            raise ValidationError(errors)
 
 
 class StrictBooleanField(serializers.BooleanField):
@@ -104,6 +133,13 @@ class StrictBooleanField(serializers.BooleanField):
         if not isinstance(data, bool):
             self.fail("invalid", input=data)
         return data
+
+
+def optional_body(request: Any) -> Any:
+    """The body of an endpoint whose body may be left out: no body is {}; a JSON null or a list stays
+    what it is, for the serializer to refuse (only an object is a body)."""
+    data = request.data
+    return {} if isinstance(data, dict) and not data else data
 
 
 def validated(serializer_class: type[serializers.Serializer], data: Any, **kwargs: Any) -> Any:
@@ -133,6 +169,18 @@ ERROR_RESPONSES = {
     404: OpenApiResponse(ERROR_SCHEMA, description="No such object in your tenant"),
 }
 CONFLICT_RESPONSES = {409: OpenApiResponse(ERROR_SCHEMA, description="Conflicts with the stored state")}
+
+
+def cursor_page(name: str, item: type[serializers.Serializer]) -> serializers.Serializer:
+    """The schema of a list answered in pages by a CursorPagination: follow `next` until it is null."""
+    return inline_serializer(
+        name,
+        {
+            "next": serializers.URLField(allow_null=True, help_text="The next page; null on the last."),
+            "previous": serializers.URLField(allow_null=True),
+            "results": item(many=True),
+        },
+    )
 
 
 def error_responses(*extra_codes: dict[int, OpenApiResponse]) -> dict[int, OpenApiResponse]:

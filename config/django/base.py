@@ -306,10 +306,13 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
-    "APPEND_COMPONENTS": {
-        "securitySchemes": {"ApiKey": {"type": "http", "scheme": "bearer", "description": "Tenant API key"}}
+    # The ApiKey security scheme comes from the authentication class (config/schema.py).
+    # One name per choice set (a provider's format and a usage report's provider are the same three).
+    "ENUM_NAME_OVERRIDES": {
+        "ArchivalMemoryKindEnum": "memory.models.ArchivalMemory.Kind",
+        "DocumentKindEnum": "knowledge.models.Document.Kind",
+        "ProviderEnum": "prefix_cache.rendering.FORMATS",
     },
-    "SECURITY": [{"ApiKey": []}],
     # Swagger UI's assets are served from the installed sidecar package, not a CDN: the service works offline.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
