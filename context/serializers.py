@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from context.models import AgentProfile
 from prefix_cache.rendering import FORMATS
+from tenants.api import DegradationSerializer
 
 
 class ContextTokensSerializer(serializers.Serializer):
@@ -46,12 +47,6 @@ class ContextWindowSerializer(serializers.Serializer):
     window_start_seq = serializers.IntegerField()
 
 
-class ContextDegradationSerializer(serializers.Serializer):
-    stage = serializers.CharField()
-    code = serializers.CharField()
-    message = serializers.CharField()
-
-
 class ContextOutputSerializer(serializers.Serializer):
     context_id = serializers.UUIDField(help_text="Name it when reporting the provider's usage.")
     model = serializers.CharField()
@@ -77,7 +72,7 @@ class ContextOutputSerializer(serializers.Serializer):
     prefix = ContextPrefixSerializer()
     window = ContextWindowSerializer()
     timings = serializers.DictField(child=serializers.FloatField(), help_text="Milliseconds by stage.")
-    degradations = ContextDegradationSerializer(many=True)
+    degradations = DegradationSerializer(many=True)
 
 
 class AgentProfileOutputSerializer(serializers.ModelSerializer):

@@ -5,13 +5,7 @@ holds every response to them."""
 from rest_framework import serializers
 
 from memory.models import Actor, ArchivalMemory, StateEvent
-
-
-class DegradationSerializer(serializers.Serializer):
-    stage = serializers.CharField(required=False)
-    code = serializers.CharField()
-    message = serializers.CharField()
-
+from tenants.api import DegradationSerializer
 
 # --- core memory ------------------------------------------------------------------------------------------
 

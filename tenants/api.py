@@ -171,6 +171,14 @@ ERROR_RESPONSES = {
 CONFLICT_RESPONSES = {409: OpenApiResponse(ERROR_SCHEMA, description="Conflicts with the stored state")}
 
 
+class DegradationSerializer(serializers.Serializer):
+    """A fallback a response reports (the context call by stage, memory writes and searches without one)."""
+
+    stage = serializers.CharField(required=False)
+    code = serializers.CharField()
+    message = serializers.CharField()
+
+
 def cursor_page(name: str, item: type[serializers.Serializer]) -> serializers.Serializer:
     """The schema of a list answered in pages by a CursorPagination: follow `next` until it is null."""
     return inline_serializer(
