@@ -102,6 +102,10 @@ class CoreMemoryBlockDetailApi(APIView):
         char_limit = serializers.IntegerField(required=False, min_value=1, max_value=100_000)
         reason = serializers.CharField(required=False, allow_blank=True, max_length=1000, default="")
 
+        openapi_request_extra = {  # nothing_to_change without one of them (config/schema.py)
+            "anyOf": [{"required": ["value"]}, {"required": ["append"]}, {"required": ["char_limit"]}]
+        }
+
     @extend_schema(
         parameters=[STORED_LABEL], responses={200: out.CoreMemoryBlockOutputSerializer, **error_responses()}
     )
@@ -211,6 +215,29 @@ def _event_data(event: Any) -> dict[str, Any]:
     }
 
 
+def _event_shape(event_type: str, *, path_required: bool, object_value: bool = False) -> dict[str, Any]:
+    """One event type's body: a path of dot-separated keys (at least one, where one is needed) and, for
+    merge, an object value (set and append take any value; a missing one is null)."""
+    path = {"type": "string", "pattern": r"[^.]"} if path_required else {"type": "string"}
+    payload: dict[str, Any] = {"type": "object", "properties": {"path": path}, "required": []}
+    if path_required:
+        payload["required"].append("path")
+    if object_value:
+        payload["properties"]["value"] = {"type": "object"}
+        payload["required"].append("value")
+    # A pattern, not an enum: drf-spectacular would make every enum here a component of its own.
+    kind = {"type": "string", "pattern": f"^{event_type}$"}
+    return {"properties": {"event_type": kind, "payload": payload}, "required": ["payload"]}
+
+
+STATE_EVENT_SHAPES = [
+    _event_shape(StateEvent.Type.SET, path_required=True),
+    _event_shape(StateEvent.Type.MERGE, path_required=False, object_value=True),
+    _event_shape(StateEvent.Type.DELETE, path_required=True),
+    _event_shape(StateEvent.Type.APPEND, path_required=True),
+]
+
+
 class TaskStateApi(APIView):
     @extend_schema(
         responses={200: out.TaskStateOutputSerializer, **error_responses()},
@@ -228,6 +255,9 @@ class StateEventCreateApi(APIView):
         request_id = serializers.CharField(max_length=200)
         event_type = serializers.ChoiceField(choices=StateEvent.Type.values)
         payload = serializers.DictField(required=False, default=dict)
+
+        # What state.event_apply takes, by event type (config/schema.py).
+        openapi_request_extra = {"oneOf": STATE_EVENT_SHAPES}
 
     @extend_schema(
         request=StateEventInputSerializer,

@@ -141,6 +141,8 @@ def state_event_append(
         raise _epoch_moved(task_state.epoch)
     current = state_overlay(conversation=conversation).state
     try:
+        if not isinstance(payload.get("path", ""), str):  # new events only: stored ones took str(path)
+            raise InvalidEvent("path must be a string of dot-separated keys")
         after = event_apply(current, event_type, payload)
     except InvalidEvent as exc:
         raise ApplicationError(f"The event does not apply: {exc}.", code="invalid_event") from None

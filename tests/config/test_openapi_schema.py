@@ -130,3 +130,13 @@ def test_the_api_key_scheme_is_documented(schema):
         "description": "Tenant API key",
     }
     assert operation(schema, "conversations", "post")["security"] == [{"ApiKey": []}]
+
+
+def test_state_events_document_each_event_type_and_block_patches_need_a_change(schema):
+    body = request_body(schema, "conversations/{conversation_id}/state/events")
+    shapes = {s["properties"]["event_type"]["pattern"]: s["properties"]["payload"] for s in body["oneOf"]}
+    assert shapes["^set$"]["required"] == ["path"]
+    assert shapes["^merge$"]["required"] == ["value"]
+    assert shapes["^merge$"]["properties"]["value"] == {"type": "object"}
+    patch = request_body(schema, "users/{external_id}/memory/blocks/{label}", "patch")
+    assert [r["required"] for r in patch["anyOf"]] == [["value"], ["append"], ["char_limit"]]

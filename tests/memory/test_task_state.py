@@ -257,3 +257,11 @@ def test_the_migration_numbers_existing_events_one_epoch_each(owner):
     assert body["state"] == {"a": 1, "b": 2, "c": 3, "d": 4}
     assert post_event(owner, conversation, "set", {"path": "e", "value": 5}, epoch=1).status_code == 409
     assert post_event(owner, conversation, "set", {"path": "e", "value": 5}, epoch=4).status_code == 201
+
+
+@pytest.mark.parametrize("path", [5, ["a"], {"a": 1}, True])
+def test_a_path_that_is_not_a_string_is_refused(owner, conversation, path):
+    response = post_event(owner, conversation, "set", {"path": path, "value": 1}, request_id="p")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_event"
+    assert not StateEvent.objects.exists()
