@@ -13,7 +13,6 @@ from typing import Any
 
 from a2wsgi import WSGIMiddleware
 from django.contrib.staticfiles.handlers import StaticFilesHandler
-from django.core.handlers.asgi import ASGIHandler
 from django.core.wsgi import get_wsgi_application
 
 # A server runs with production settings unless told otherwise (debug off; a secret key and the allowed
@@ -27,13 +26,14 @@ from config.log_redaction import redact_server_logs  # noqa: E402
 
 redact_server_logs()  # uvicorn logs a socket's path with its ?api_key=
 
-from providers.embeddings import embeddings_warm  # noqa: E402
+from config.startup import server_started  # noqa: E402
 
-embeddings_warm()  # the first context call does not wait for the model
+server_started()  # the embedding model loads in the background; the embedded mode runs its own beat
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from context.proxy.asgi import ProxyASGIHandler  # noqa: E402
 from conversations.events import events_bind_loop  # noqa: E402
 from conversations.routing import websocket_urlpatterns  # noqa: E402
 
@@ -49,7 +49,7 @@ class ThreadedHttp:
         # Static files (the admin's, Swagger UI's) are answered before Django's middleware.
         self.app = WSGIMiddleware(StaticFilesHandler(wsgi_app), workers=threads)
         # The chat proxy's async views (/v1/) stream a reply as it arrives: Django's ASGI handler runs them.
-        self.async_app = ASGIHandler()
+        self.async_app = ProxyASGIHandler()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         events_bind_loop(asyncio.get_running_loop())

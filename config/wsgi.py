@@ -16,6 +16,6 @@ from config.log_redaction import redact_server_logs  # noqa: E402
 
 redact_server_logs()
 
-from providers.embeddings import embeddings_warm  # noqa: E402
+from config.startup import server_started  # noqa: E402
 
-embeddings_warm()  # the first context call does not wait for the model
+server_started()  # the embedding model loads in the background; the embedded mode runs its own beat

@@ -443,6 +443,9 @@ MNEMO_EMBED_ON_APPEND = env_bool("MNEMO_EMBED_ON_APPEND", default=True)
 # A server process loads the local embedding model in the background as it starts, so that its first context
 # call does not wait for it (providers.embeddings.embeddings_warm).
 MNEMO_WARM_ON_START = env_bool("MNEMO_WARM_ON_START", default=True)
+# In the embedded mode (no broker, so no beat process) a server runs CELERY_BEAT_SCHEDULE's periodic tasks on
+# its own background thread (config/startup.py).
+MNEMO_EMBEDDED_BEAT = env_bool("MNEMO_EMBEDDED_BEAT", default=True)
 # Without a broker (eager Celery), tasks a request queues run on a thread of the server process instead of
 # inside the request (the embedded mode's appends and context calls never wait for them).
 MNEMO_EAGER_TASKS_IN_THREAD = env_bool("MNEMO_EAGER_TASKS_IN_THREAD", default=True)

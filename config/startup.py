@@ -1,0 +1,92 @@
+"""What a server process does once Django is set up (config/asgi.py, config/wsgi.py): load the local
+embedding model in the background, and in the embedded mode, where there is no broker and so no beat
+process, run the periodic tasks of CELERY_BEAT_SCHEDULE itself (the vector sweep that picks up messages
+left without vectors by a restart, the compaction catch-up, the task-state fold, the image purge), each on
+this process's background thread at its interval, the first time shortly after start."""
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+
+from providers.background import task_send
+from providers.embeddings import embeddings_warm
+
+logger = logging.getLogger(__name__)
+
+# The first round waits this long, so a starting server answers its first requests first.
+EMBEDDED_BEAT_DELAY_SECONDS = 5.0
+
+
+def server_started() -> None:
+    embeddings_warm()  # the first context call does not wait for the model
+    if embedded_beat_enabled():
+        EmbeddedBeat(settings.CELERY_BEAT_SCHEDULE).start()
+
+
+def embedded_beat_enabled() -> bool:
+    """Eager Celery with tasks on a background thread is the embedded mode: nothing else runs the beat."""
+    return bool(
+        settings.MNEMO_EMBEDDED_BEAT
+        and settings.CELERY_TASK_ALWAYS_EAGER
+        and settings.MNEMO_EAGER_TASKS_IN_THREAD
+    )
+
+
+def interval_seconds(schedule: Any) -> float | None:
+    """A beat entry's interval: seconds or a timedelta (a crontab is left to a real beat: None)."""
+    if isinstance(schedule, timedelta):
+        return schedule.total_seconds()
+    if isinstance(schedule, int | float) and schedule > 0:
+        return float(schedule)
+    return None
+
+
+class EmbeddedBeat(threading.Thread):
+    """Queues each periodic task whose time has come (task_send: the background thread runs it), then
+    sleeps until the next one is due."""
+
+    def __init__(
+        self,
+        schedule: dict[str, dict[str, Any]],
+        *,
+        send: Callable[[Any], bool] = task_send,
+        delay: float = EMBEDDED_BEAT_DELAY_SECONDS,
+    ) -> None:
+        super().__init__(name="mnemo-embedded-beat", daemon=True)
+        self.intervals = {
+            entry["task"]: seconds
+            for entry in schedule.values()
+            if (seconds := interval_seconds(entry.get("schedule"))) is not None
+        }
+        self.send = send
+        self.due = dict.fromkeys(self.intervals, time.monotonic() + delay)
+        self.stopped = threading.Event()
+
+    def tick(self, now: float) -> list[str]:
+        """Queue the tasks due at `now`; returns their names."""
+        from config.celery import app
+
+        app.loader.import_default_modules()  # the apps' tasks modules (autodiscovery is lazy); once
+        sent = []
+        for name, due in self.due.items():
+            if now < due:
+                continue
+            self.due[name] = now + self.intervals[name]
+            try:
+                self.send(app.tasks[name])
+                sent.append(name)
+            except Exception:  # a task that is not registered, or a send that failed: the next round tries
+                logger.exception("embedded beat could not queue %s", name)
+        return sent
+
+    def run(self) -> None:
+        while self.due:
+            wait = max(0.0, min(self.due.values()) - time.monotonic())
+            if self.stopped.wait(wait):
+                return
+            self.tick(time.monotonic())
