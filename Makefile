@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run install migrate demo serve test test-services lint schema-check format bench clean \
 	bench-append bench-prefix-cache bench-context-latency bench-compaction bench-visual bench-recall \
-	bench-embedding bench-quality
+	bench-embedding bench-quality bench-proxy
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,10 @@ bench-recall: install
 # Options (--var-dir DIR --keep: load once, ask many times; --url; --database-url) in the script's docstring.
 bench-quality: install
 	$(BIN)/python bench/evidence_recall.py
+
+# The chat proxy's overhead over calling the upstream directly (10k-message conversation, granian, 2 workers).
+bench-proxy: install
+	$(BIN)/python bench/proxy.py
 
 clean:
 	rm -rf $(VENV) var

@@ -9,7 +9,8 @@ straight to the fake upstream, on a conversation of 10,000 messages, and 50 conc
 
 The server is granian (ASGI, --workers 2) on config.asgi:application; the upstream is tests/llm_server.py
 (a real HTTP server on 127.0.0.1, streaming server-sent events) in this process. PostgreSQL when reachable
-(a throwaway database), else SQLite.
+(a throwaway database), else SQLite. Message vectors are off in the server (a worker's job in a deployment),
+and the tenant's own background LLM use is off, so the upstream sees only the proxy's calls.
 
 Run from the repository root:  .venv/bin/python bench/proxy.py   (or: make bench-proxy)
 Options: --rounds N (default 100), --messages N (default 10000), --concurrency N (default 50), --sqlite.
@@ -267,6 +268,9 @@ def main() -> int:
             DJANGO_SECRET_KEY=secrets.token_urlsafe(50), MNEMO_VAR_DIR=scratch, DATABASE_URL=database_url,
             REDIS_URL="", LLM_BASE_URL=upstream.base_url, LLM_API_KEY="k", MNEMO_PROXY_DEADLINE_SECONDS="60",
             MNEMO_WARM_ON_START="true", MNEMO_LOG_LEVEL="WARNING",
+            # Message vectors are a worker's job in a deployment; here they would embed the seeded 10k
+            # messages on the server's own cores while it is measured.
+            MNEMO_EMBED_ON_APPEND="false",
         )  # fmt: skip
         port = free_port()
         log_path = Path(os.environ.get("BENCH_PROXY_LOG", Path(scratch) / "granian.log"))

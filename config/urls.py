@@ -32,8 +32,9 @@ urlpatterns = [
 
 
 def handler404(request: HttpRequest, exception: Exception) -> HttpResponse:
-    """An unknown URL under /api/ answers in the API's error shape; elsewhere Django's page."""
-    if request.path.startswith("/api/"):
+    """An unknown URL under /api/ (or the proxy's /v1/) answers in the API's error shape; elsewhere Django's
+    page."""
+    if request.path.startswith(("/api/", "/v1/")):
         body = {"error": {"code": "not_found", "message": "No such endpoint.", "extra": {}}}
         return JsonResponse(body, status=404)
     return page_not_found(request, exception)

@@ -67,6 +67,10 @@ def client_config(server: "LLMServer", *, timeout: float = 1.0, retries: int = 2
     )
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # socketserver's 5 refuses connections when 50 streams open at once
+
+
 class LLMServer:
     def __init__(self) -> None:
         self.queue: deque[str | dict[str, Any]] = deque()
@@ -102,7 +106,7 @@ class LLMServer:
                     behaviour = server.queue.popleft() if server.queue else server.default
                 server.respond(self, behaviour, body)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.httpd.block_on_close = False
         self.thread = threading.Thread(

@@ -352,8 +352,8 @@ async def _openai_send(upstream: Upstream, body: dict[str, Any]) -> Any:
     except openai.APIConnectionError as exc:
         raise _connect_error(upstream, exc) from None
     except openai.APIStatusError as exc:
-        body = {"error": exc.body} if exc.body else None
-        raise status_error(upstream, exc.status_code, body, exc.response.headers) from None
+        error = {"error": exc.body} if exc.body else None
+        raise status_error(upstream, exc.status_code, error, exc.response.headers) from None
     return raw.http_response
 
 
@@ -404,7 +404,7 @@ async def post(upstream: Upstream, body: dict[str, Any]) -> Any:
 
 
 def _connect_error(upstream: Upstream, exc: BaseException) -> ProxyError:
-    refusal = exc
+    refusal: BaseException | None = exc
     while refusal is not None and not isinstance(refusal, EgressRefused):
         refusal = refusal.__cause__ or refusal.__context__
     if isinstance(refusal, EgressRefused):

@@ -11,6 +11,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from context.proxy import upstream as calls
@@ -27,13 +28,29 @@ CONVERSATION_HEADER = "X-Mnemo-Conversation"
 USER_HEADER = "X-Mnemo-User"
 
 
-async def _tenant(request: HttpRequest) -> Tenant:
+def _raw_key(request: HttpRequest) -> str | None:
     """The Mnemo API key as the SDK sends it: `Authorization: Bearer` (OpenAI) or `x-api-key` (Anthropic)."""
     raw = bearer_token(request.headers.get("Authorization")) or request.headers.get("x-api-key")
-    api_key = await sync_to_async(authenticate_raw_key)(raw.strip() if raw else None)
+    return raw.strip() if raw else None
+
+
+def _tenant(raw_key: str | None) -> Tenant:
+    api_key = authenticate_raw_key(raw_key)
     if api_key is None:
         raise ProxyError("Unknown, revoked or missing Mnemo API key.", code="invalid_api_key", status=401)
     return api_key.tenant
+
+
+def _prepare(request: HttpRequest, parse: Callable[..., ProxyRequest]) -> Prepared:
+    """Everything before the upstream call, in one trip to the worker thread: the key, the body, the
+    conversation, the new messages and the context."""
+    tenant = _tenant(_raw_key(request))
+    proxy_request = parse(_json(request), header_user=request.headers.get(USER_HEADER) or None)
+    return proxy_prepare(
+        tenant=tenant,
+        request=proxy_request,
+        conversation_id=request.headers.get(CONVERSATION_HEADER) or None,
+    )
 
 
 def _json(request: HttpRequest) -> Any:
@@ -43,17 +60,12 @@ def _json(request: HttpRequest) -> Any:
         raise ProxyError("The request body is not valid JSON.", code="malformed_json", status=400) from None
 
 
-async def _proxy(request: HttpRequest, parse: Callable[..., ProxyRequest], fmt: str) -> HttpResponse:
+async def _proxy(request: HttpRequest, parse: Callable[..., ProxyRequest], fmt: str) -> HttpResponseBase:
     if request.method != "POST":
         return error_response(ProxyError("Use POST.", code="method_not_allowed", status=405), fmt)
     try:
-        tenant = await _tenant(request)
-        proxy_request = parse(_json(request), header_user=request.headers.get(USER_HEADER) or None)
-        prepared = await sync_to_async(proxy_prepare)(
-            tenant=tenant,
-            request=proxy_request,
-            conversation_id=request.headers.get(CONVERSATION_HEADER) or None,
-        )
+        prepared = await sync_to_async(_prepare)(request, parse)
+        proxy_request = prepared.request
         headers = {
             CONVERSATION_HEADER: str(prepared.conversation.pk),
             "Server-Timing": ", ".join(f"mnemo-{k};dur={v}" for k, v in prepared.timings.items()),
@@ -165,12 +177,12 @@ async def _close(
 
 
 @csrf_exempt
-async def chat_completions(request: HttpRequest) -> HttpResponse:
+async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     return await _proxy(request, openai_request, OPENAI)
 
 
 @csrf_exempt
-async def messages(request: HttpRequest) -> HttpResponse:
+async def messages(request: HttpRequest) -> HttpResponseBase:
     return await _proxy(request, anthropic_request, ANTHROPIC)
 
 
@@ -178,10 +190,9 @@ async def models(request: HttpRequest) -> HttpResponse:
     """The models the tenant may use, in a shape both SDKs read (OpenAI's list, Anthropic's page)."""
     fmt = ANTHROPIC if request.headers.get("anthropic-version") else OPENAI
     try:
-        tenant = await _tenant(request)
+        names = await sync_to_async(lambda: tenant_models(_tenant(_raw_key(request))))()
     except ProxyError as exc:
         return error_response(exc, fmt)
-    names = await sync_to_async(tenant_models)(tenant)
     data = [
         {
             "id": name,

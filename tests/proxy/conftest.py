@@ -1,13 +1,10 @@
 """The proxy through a real server (uvicorn on 127.0.0.1 serving config.asgi, as deployed) and the real SDK
 clients, with the upstream a real HTTP server on 127.0.0.1 (tests/llm_server.py) that records what it got."""
 
-import socket
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-import uvicorn
 
 from tests.llm_server import llm_server, llm_settings  # noqa: F401
 
@@ -32,25 +29,12 @@ def proxy_settings(llm_settings, llm_server):  # noqa: F811
 
 @pytest.fixture
 def mnemo_url(proxy_settings) -> Iterator[str]:
-    """uvicorn serving config.asgi on a free port; yields the base URL the SDKs are pointed at."""
-    from config.asgi import application
+    """uvicorn serving config.asgi on a free port (the socket tests' server); yields the base URL the SDKs
+    are pointed at."""
+    from tests.conversations.test_websocket_server import server
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    instance = uvicorn.Server(uvicorn.Config(application, lifespan="off", log_config=None))
-    thread = threading.Thread(target=instance.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not instance.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        instance.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+    with server() as ws_url:
+        yield "http" + ws_url.removeprefix("ws")
 
 
 def wait_for(predicate, *, timeout: float = 10.0):
