@@ -2,7 +2,7 @@
 message, with per-block tokens, hashes, provenance and what the budget dropped)."""
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib import admin
@@ -28,7 +28,7 @@ class InspectorForm(forms.Form):
 
     def __init__(self, *args: Any, conversations: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["conversation"].queryset = conversations
+        cast(forms.ModelChoiceField, self.fields["conversation"]).queryset = conversations
 
 
 @admin.register(AgentProfile)

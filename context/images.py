@@ -9,9 +9,12 @@ from __future__ import annotations
 import base64
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cold_storage.selectors import ImageBytesUnavailable, image_bytes, images_by_id
+
+if TYPE_CHECKING:
+    from context.state import ContextState
 from conversations.parts import iter_image_parts
 
 
@@ -63,7 +66,7 @@ class ImageLoader(Mapping[str, tuple[str, str]]):
         return sum(1 for value in self._loaded.values() if value is not None)
 
 
-def attach_images(state: Any) -> None:
+def attach_images(state: ContextState) -> None:
     """Give the history messages that carry images the loader for their bytes (called at the end of the
     pipeline's history load)."""
     with_images = [m for m in state.layout.b6 if any(True for _ in iter_image_parts(m.parts))]

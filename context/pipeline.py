@@ -478,6 +478,7 @@ def _cut_history(state: ContextState, cut: list[HistoryMessage], *, kept_tokens:
     if from_seq is None:
         return kept_tokens
     new_start = cut[-1].seq if cut else state.history_unread_to
+    assert new_start is not None  # from_seq is set by a cut or by unread messages up to history_unread_to
     state.dropped.append(
         {
             "block": "B6",

@@ -158,6 +158,7 @@ def _archival(state: ContextState, query: str, expansion: str) -> list[Item]:
     conversation = state.conversation
     if conversation.end_user_id is None or not archival_exists(end_user_id=conversation.end_user_id):
         return []
+    assert conversation.end_user is not None  # end_user_id was checked above
     outcome = archival_search(
         end_user=conversation.end_user, query=query, limit=ARCHIVAL_CANDIDATES, expansion=expansion
     )

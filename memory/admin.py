@@ -32,7 +32,8 @@ class CoreMemoryBlockForm(forms.ModelForm):
             self.fields["expected_version"].initial = self.instance.version
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         value = data.get("value") or ""
         limit = data.get("char_limit") or self.instance.char_limit
         if len(value) > limit:
@@ -127,7 +128,8 @@ class ArchivalMemoryForm(forms.ModelForm):
             self.fields["expected_updated_at"].initial = self.instance.updated_at.isoformat()
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if self.instance.pk is not None:
             current = (
                 ArchivalMemory.objects.filter(pk=self.instance.pk)

@@ -42,6 +42,7 @@ own savepoint: a refused one leaves nothing behind. Invalid calls are listed in 
 import json
 import logging
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -842,6 +843,7 @@ def _messages_prompt(batch: _Batch) -> str:
 def _llm_plan(*, config: LLMConfig, conversation: Conversation, batch: _Batch, run: AgentRun) -> _Plan:
     """The tool loop for one batch. Raises LLMError when a model call fails (the caller falls back)."""
     end_user = conversation.end_user
+    assert end_user is not None  # memory_agent_run returns early for a conversation without an end user
     blocks = _blocks_read(end_user)
     tools = tool_definitions(list(blocks))
     messages: list[dict[str, Any]] = [
@@ -958,6 +960,7 @@ def _write_apply(
 
 def _plan_apply(plan: _Plan, *, conversation: Conversation, run: AgentRun) -> None:
     end_user = conversation.end_user
+    assert end_user is not None  # memory_agent_run returns early for a conversation without an end user
     stale: set[str] = set()
     run.errors.extend(plan.errors)
     if plan.errors:
@@ -1235,7 +1238,7 @@ def _apply_rules(
     run.operations.append(operation)
 
 
-def memory_agent_queued_key(conversation_id: Any) -> str:
+def memory_agent_queued_key(conversation_id: uuid.UUID | str) -> str:
     return f"mnemo:memory-agent:queued:{conversation_id}"
 
 

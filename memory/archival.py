@@ -5,6 +5,7 @@ search): the same subject key ("my X is …", or given), or another specific val
 lexical (the database's full-text index, re-ranked by BM25) and exact vector (numpy) rankings with RRF
 (k = 60)."""
 
+import datetime
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -258,7 +259,7 @@ def _near_duplicate(
     if vector is not None:
         with_vectors = [c for c in candidates if c.embedding is not None and c.embedding_model == model]
         if with_vectors:
-            matrix = np.stack([from_bytes(c.embedding) for c in with_vectors])
+            matrix = np.stack([from_bytes(c.embedding) for c in with_vectors if c.embedding is not None])
             sims = matrix @ vector
             best = int(np.argmax(sims))
             if sims[best] >= NEAR_DUPLICATE_COSINE and _same_particulars(with_vectors[best].content, content):
@@ -399,7 +400,7 @@ def _memories_postgresql(end_user: EndUser, phrases: list[tuple[str, ...]]) -> l
         ORDER BY ts_rank_cd(s.document, %(terms)s::tsquery) DESC, a.created_at DESC
         LIMIT %(limit)s
     """
-    params = {
+    params: dict[str, Any] = {
         "user": end_user.pk,
         "tenant": end_user.tenant_id,
         "q": tsquery(phrases, [scope_token("u", end_user.pk)]),
@@ -429,7 +430,7 @@ def _memories_sqlite(end_user: EndUser, phrases: list[tuple[str, ...]]) -> list[
 @transaction.atomic
 def archival_revert(
     *, operation: MemoryOperation, actor: str, actor_name: str = "", trigger: str = ""
-) -> Any:
+) -> MemoryOperation | None:
     """Undo an archival operation: an insert is invalidated (kept, marked), an invalidation lifted, a delete
     re-inserted. A merge is not undone (the merged facts were the same)."""
     memory_id = operation.target.partition(":")[2]
@@ -498,7 +499,7 @@ def archival_update(
     content: str,
     kind: str | None = None,
     importance: float | None = None,
-    expected_updated_at: Any = None,
+    expected_updated_at: datetime.datetime | None = None,
     actor: str,
     actor_name: str = "",
     trigger: str = "",

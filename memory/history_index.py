@@ -10,6 +10,7 @@ Several server processes each keep their own copy; the database stays the only t
 import math
 import re
 import threading
+import uuid
 from array import array
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
@@ -271,7 +272,7 @@ _indexes: "OrderedDict[str, ConversationIndex]" = OrderedDict()
 _indexes_lock = threading.Lock()
 
 
-def conversation_index(conversation_id: Any) -> ConversationIndex:
+def conversation_index(conversation_id: uuid.UUID | str) -> ConversationIndex:
     """The conversation's index, up to date with the database."""
     key = str(conversation_id)
     with _indexes_lock:
@@ -293,6 +294,6 @@ def conversation_index(conversation_id: Any) -> ConversationIndex:
     return index
 
 
-def conversation_index_drop(conversation_id: Any) -> None:
+def conversation_index_drop(conversation_id: uuid.UUID | str) -> None:
     with _indexes_lock:
         _indexes.pop(str(conversation_id), None)

@@ -104,7 +104,7 @@ def bm25_rank(
     # Per term, once: its weight times its IDF (terms no document holds drop out).
     factor = {}
     for term, weight in weights.items():
-        df = sum(1 for counts, _ in docs if term in counts)
+        df: float = sum(1 for counts, _ in docs if term in counts)
         if not df:
             continue
         if shares and term in shares:
@@ -186,7 +186,7 @@ def fts5_query(scopes: Iterable[str], phrases: Iterable[tuple[str, ...]]) -> str
     return f"scope : ({scope}) AND body : ({body})"
 
 
-def scope_token(kind: str, value: Any) -> str:
+def scope_token(kind: str, value: uuid.UUID | int | str) -> str:
     """How both indexes name a conversation (c + uuid hex) or an end user (u + id) in a document's words."""
     if isinstance(value, uuid.UUID):
         value = value.hex

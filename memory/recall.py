@@ -195,7 +195,7 @@ def _others_postgresql(conversations: list[Any], phrases: list[tuple[str, ...]])
         WHERE m.conversation_id = ANY(%(conversations)s)
         ORDER BY best.rank DESC, best.seq DESC
     """
-    params = {
+    params: dict[str, Any] = {
         "conversations": conversations,
         "q": tsquery(phrases, [scope_token("c", pk) for pk in conversations]),
         "terms": tsquery(phrases),

@@ -12,13 +12,13 @@ from memory.history_index import conversation_index_drop
 
 
 @receiver(exchange_completed)
-def run_memory_agent_after_an_exchange(sender: Any, *, conversation: Any, **kwargs: Any) -> None:
+def run_memory_agent_after_an_exchange(sender: object, *, conversation: Conversation, **kwargs: Any) -> None:
     # Queued after the write commits; the run reads every exchange completed since its cursor.
     memory_agent_request(conversation=conversation)
 
 
 @receiver(post_delete, sender=Conversation)
-def forget_the_history_index(sender: Any, *, instance: Conversation, **kwargs: Any) -> None:
+def forget_the_history_index(sender: object, *, instance: Conversation, **kwargs: Any) -> None:
     # This process's in-memory index of a deleted conversation goes with it (others drop it as it ages out;
     # nothing can query a deleted conversation).
     conversation_index_drop(instance.pk)

@@ -33,7 +33,7 @@ def core_memory_block_data(block: CoreMemoryBlock) -> dict[str, Any]:
     }
 
 
-def core_memory_at(*, end_user_id: Any, versions: dict[str, int]) -> dict[str, str]:
+def core_memory_at(*, end_user_id: int, versions: dict[str, int]) -> dict[str, str]:
     """label -> value of the named versions (a label whose version is gone is left out)."""
     if not versions:
         return {}
@@ -64,12 +64,12 @@ def memory_operation_data(op: MemoryOperation) -> dict[str, Any]:
     }
 
 
-def core_memory_blocks_current(*, end_user_id: Any) -> list[CoreMemoryBlock]:
+def core_memory_blocks_current(*, end_user_id: int) -> list[CoreMemoryBlock]:
     blocks = CoreMemoryBlock.objects.filter(end_user_id=end_user_id).only("label", "value", "version")
     return sorted(blocks, key=lambda b: label_order(b.label))
 
 
-def archival_exists(*, end_user_id: Any) -> bool:
+def archival_exists(*, end_user_id: int) -> bool:
     from memory.models import ArchivalMemory
 
     return ArchivalMemory.objects.filter(end_user_id=end_user_id, invalidated_at__isnull=True).exists()

@@ -11,7 +11,7 @@ from tenants.api import DegradationSerializer
 
 
 class CoreMemoryBlockOutputSerializer(serializers.Serializer):
-    label = serializers.CharField()
+    label = serializers.CharField()  # type: ignore[assignment]  # the field is named label; DRF's stubs type Field.label
     value = serializers.CharField()
     char_limit = serializers.IntegerField()
     chars = serializers.IntegerField()

@@ -181,7 +181,7 @@ def core_memory_write(
 @transaction.atomic
 def operation_revert(
     *, operation: MemoryOperation, actor: str, actor_name: str = "", trigger: str = ""
-) -> Any:
+) -> MemoryOperation | None:
     """Undo one operation by writing its old value back, as a new logged operation. Refused when the target
     changed since (someone else's later edit is never silently overwritten)."""
     operation = MemoryOperation.objects.select_for_update().get(pk=operation.pk)

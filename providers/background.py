@@ -7,7 +7,7 @@ import logging
 import queue
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.db import close_old_connections
@@ -15,6 +15,16 @@ from django.db import close_old_connections
 from providers.faults import QUEUE_UNAVAILABLE, service_fault
 
 logger = logging.getLogger(__name__)
+
+
+class Task(Protocol):
+    """A Celery task, as far as queueing it goes (celery ships no type information)."""
+
+    name: str
+
+    def apply_async(self, args: tuple[Any, ...], countdown: float | None = None) -> object: ...
+
+    def apply(self, args: tuple[Any, ...]) -> object: ...
 
 
 class _Runner:
@@ -65,7 +75,7 @@ BROKER_PAUSE_SECONDS = 5.0
 _broker_down_until = 0.0
 
 
-def task_send(task: Any, *args: Any, countdown: float | None = None) -> bool:
+def task_send(task: Task, *args: Any, countdown: float | None = None) -> bool:
     """Queue a Celery task: to the broker (after `countdown` seconds), to this process's background thread
     (embedded mode), or run it now (eager tests). When the broker does not take it, the failure is logged and
     recorded (providers.faults: the context response lists it), never raised: the work is found again by

@@ -13,8 +13,11 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +145,7 @@ def resolve(host: str, port: int) -> list[Any]:
 # --- the HTTP client ------------------------------------------------------------------------------------
 
 
-def guarded_http_client(policy: EgressPolicy, *, timeout: float) -> Any:
+def guarded_http_client(policy: EgressPolicy, *, timeout: float) -> httpx.Client:
     """An httpx client whose every connection goes through policy.checked_addresses: it connects to the
     addresses it checked (TLS still verifies the host name), takes no proxy from the environment (the
     check must see the address it connects to) and follows no redirects."""
@@ -154,7 +157,7 @@ def guarded_http_client(policy: EgressPolicy, *, timeout: float) -> Any:
     if not isinstance(pool, httpcore.ConnectionPool) or not hasattr(pool, "_network_backend"):
         # httpx changed its internals: refuse rather than call a tenant URL unchecked.
         raise EgressRefused("cannot install the address check on this httpx version")
-    pool._network_backend = _GuardedBackend(policy, pool._network_backend)
+    pool._network_backend = _GuardedBackend(policy, pool._network_backend)  # type: ignore[assignment]  # duck-typed
     return httpx.Client(transport=transport, trust_env=False, follow_redirects=False, timeout=timeout)
 
 
@@ -193,7 +196,7 @@ class _GuardedBackend:
         self.inner.sleep(seconds)
 
 
-def guarded_async_http_client(policy: EgressPolicy, *, timeout: float) -> Any:
+def guarded_async_http_client(policy: EgressPolicy, *, timeout: float) -> httpx.AsyncClient:
     """guarded_http_client for asyncio (the chat proxy streams from a tenant's endpoint): the same check,
     the host resolved on a worker thread so the event loop does not wait on DNS."""
     import httpcore
@@ -203,12 +206,12 @@ def guarded_async_http_client(policy: EgressPolicy, *, timeout: float) -> Any:
     pool = getattr(transport, "_pool", None)
     if not isinstance(pool, httpcore.AsyncConnectionPool) or not hasattr(pool, "_network_backend"):
         raise EgressRefused("cannot install the address check on this httpx version")
-    pool._network_backend = _AsyncGuardedBackend(policy, pool._network_backend)
+    pool._network_backend = _AsyncGuardedBackend(policy, pool._network_backend)  # type: ignore[assignment]
     return httpx.AsyncClient(transport=transport, trust_env=False, follow_redirects=False, timeout=timeout)
 
 
 class _AsyncGuardedBackend(_GuardedBackend):
-    async def connect_tcp(  # type: ignore[override]
+    async def connect_tcp(
         self,
         host: str,
         port: int,
@@ -230,7 +233,7 @@ class _AsyncGuardedBackend(_GuardedBackend):
         assert failure is not None
         raise failure
 
-    async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> Any:
         raise EgressRefused("unix sockets are not tenant endpoints")
 
     async def sleep(self, seconds: float) -> None:  # type: ignore[override]

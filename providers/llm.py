@@ -11,7 +11,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from providers.egress import EgressPolicy, EgressRefused, guarded_http_client
 
@@ -125,11 +125,11 @@ def llm_config(overrides: Mapping[str, Any] | None = None) -> LLMConfig | None:
     if overrides.get("llm_enabled") is False:
         return None
     model = str(overrides.get("llm_model") or settings.LLM_MODEL or "").strip() or FALLBACK_MODEL
-    limits = {
-        "timeout": float(settings.LLM_TIMEOUT_SECONDS),
-        "max_retries": int(settings.LLM_MAX_RETRIES),
-        "backoff": float(settings.LLM_RETRY_BACKOFF_SECONDS),
-    }
+    limits = _Limits(
+        timeout=float(settings.LLM_TIMEOUT_SECONDS),
+        max_retries=int(settings.LLM_MAX_RETRIES),
+        backoff=float(settings.LLM_RETRY_BACKOFF_SECONDS),
+    )
     tenant_key = str(overrides.get("llm_api_key") or "").strip()
     tenant_url = str(overrides.get("llm_base_url") or "").strip()
     if tenant_url:
@@ -139,6 +139,12 @@ def llm_config(overrides: Mapping[str, Any] | None = None) -> LLMConfig | None:
     if not base_url and not api_key:
         return None
     return LLMConfig(base_url=base_url, api_key=api_key or _PLACEHOLDER_KEY, model=model, **limits)
+
+
+class _Limits(TypedDict):
+    timeout: float
+    max_retries: int
+    backoff: float
 
 
 @dataclass(frozen=True)

@@ -24,4 +24,4 @@ class RedisCache(DjangoRedisCache):
         super().__init__(server, params)
         self._ignore_exceptions = True
         self._log_ignored_exceptions = True
-        self.logger = _FaultLog()  # type: ignore[assignment]
+        self.logger = _FaultLog()

@@ -1,6 +1,7 @@
 """Admin: segments on the conversation page (with their fact-check counts), the actions "compact now" and
 "rebuild summaries", and read-only lists of segments and monthly LLM usage, all tenant-scoped."""
 
+from functools import partial
 from typing import Any
 
 from django.contrib import admin, messages
@@ -106,18 +107,20 @@ def rebuild_summaries(modeladmin: Any, request: HttpRequest, queryset: QuerySet)
     allowed = modeladmin.scoped_for(request, queryset, modeladmin.change_roles)
     ids = [str(pk) for pk in allowed.values_list("pk", flat=True)]
     for conversation_id in ids:
-        transaction.on_commit(lambda cid=conversation_id: segments_rebuild.delay(cid), robust=True)
+        transaction.on_commit(partial(segments_rebuild.delay, conversation_id), robust=True)
     modeladmin.message_user(
         request, f"Summary rebuild queued for {len(ids)} conversation(s).", messages.SUCCESS
     )
 
 
 # conversations cannot import summaries (it is the lower app), so the summaries app adds its segment table
-# and actions to the conversation admin from here.
-ConversationAdmin.readonly_fields = [*ConversationAdmin.readonly_fields, compaction_state, summary_segments]
-if ConversationAdmin.fields is not None:
-    ConversationAdmin.fields = [*ConversationAdmin.fields, compaction_state, summary_segments]
-ConversationAdmin.actions = [*(ConversationAdmin.actions or ()), compact_now, rebuild_summaries]
+# and actions to the conversation admin from here (typed loosely: django-stubs types these attributes for
+# the literal declarations of a class body).
+conversation_admin: Any = ConversationAdmin
+conversation_admin.readonly_fields = [*conversation_admin.readonly_fields, compaction_state, summary_segments]
+if conversation_admin.fields is not None:
+    conversation_admin.fields = [*conversation_admin.fields, compaction_state, summary_segments]
+conversation_admin.actions = [*(conversation_admin.actions or ()), compact_now, rebuild_summaries]
 
 
 @admin.register(SummarySegment)

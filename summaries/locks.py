@@ -39,7 +39,7 @@ def _redis(url: str) -> Any:
     return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=1)
 
 
-def lock_key(conversation_id: Any) -> str:
+def lock_key(conversation_id: uuid.UUID | str) -> str:
     return f"mnemo:lock:compaction:{conversation_id}"
 
 
@@ -48,7 +48,7 @@ def lock_ttl() -> int:
 
 
 @contextmanager
-def compaction_lock(conversation_id: Any, *, ttl: int | None = None) -> Iterator[None]:
+def compaction_lock(conversation_id: uuid.UUID | str, *, ttl: int | None = None) -> Iterator[None]:
     """Hold the conversation's compaction lock for the block, or raise LockBusy at once."""
     ttl = ttl or lock_ttl()
     if settings.REDIS_URL:

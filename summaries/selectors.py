@@ -1,6 +1,7 @@
 """Reads: where the history after the last compaction boundary starts, the live summary segments (B4), and
 the rendering of a segment into the prompt."""
 
+import uuid
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -71,7 +72,10 @@ def access_segment(*, tenant: Tenant, segment_id: object) -> SummarySegment:
 
 
 def segments_to_rebuild(
-    *, tenant: Tenant | None = None, conversation_id: Any = None, only_outdated: bool = True
+    *,
+    tenant: Tenant | None = None,
+    conversation_id: uuid.UUID | str | None = None,
+    only_outdated: bool = True,
 ) -> QuerySet[SummarySegment]:
     """Live segments made with an older template or by truncation (all live ones with only_outdated=False),
     in rebuild order."""

@@ -12,6 +12,7 @@ compaction_catch_up (beat), segment_rebuild (resummarize), segments_replay (afte
 import bisect
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -201,6 +202,7 @@ def _segment(
     built_from: str,
     extra: dict[str, Any] | None = None,
 ) -> SummarySegment:
+    source: str
     if summary is None:
         text = TRUNCATION_TEXT.format(start=start_seq, end=end_seq)
         source, model, metadata = SummarySegment.Source.TRUNCATION, "", {}
@@ -698,7 +700,7 @@ def compaction_request(
         if not task_send(compact_conversation, conversation_id, trigger, history_budget):
             # The broker is down (logged): let the next trigger or the catch-up sweep queue it again instead
             # of waiting for the flag to go stale.
-            CompactionState.objects.filter(pk=conversation_id, queued_at=now).update(queued_at=None)
+            CompactionState.objects.filter(pk=conversation.pk, queued_at=now).update(queued_at=None)
 
     transaction.on_commit(send, robust=True)
     return True
@@ -706,14 +708,14 @@ def compaction_request(
 
 def compaction_run_queued(
     *,
-    conversation_id: Any,
+    conversation_id: uuid.UUID | str,
     trigger: str = "auto",
     history_budget: int | None = None,
     will_retry: bool = False,
 ) -> str:
     """The body of the background task. Clears the queued flag first (a trigger arriving during the run
     queues the next one), then compacts if B6 still reaches the background threshold. Returns what it did."""
-    CompactionState.objects.filter(pk=conversation_id).update(queued_at=None)
+    CompactionState.objects.filter(conversation_id=conversation_id).update(queued_at=None)
     conversation = Conversation.objects.select_related("tenant").filter(pk=conversation_id).first()
     if conversation is None:
         return "gone"
@@ -891,7 +893,7 @@ def segments_replay(*, conversation: Conversation) -> list[SummarySegment]:
                 level=info.get("level", 0) if isinstance(info.get("level"), int) else 0,
                 text=message.content,
                 source=info["source"],
-                built_from=info.get("builtFrom")
+                built_from=str(info["builtFrom"])
                 if info.get("builtFrom") in SummarySegment.BuiltFrom.values
                 else "raw",
                 model=str(info.get("model") or "")[:100],
