@@ -12,7 +12,6 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
-from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from context.proxy import upstream as calls
