@@ -73,6 +73,9 @@ def events_bind_loop(loop: asyncio.AbstractEventLoop) -> None:
 # processes (channels_redis) hands its events to a loop on a thread of its own, started on first use: one
 # loop for the process instead of a thread and a loop per event, and the events leave in order. The loop
 # has a layer instance of its own: a layer's connections belong to the loop that opened them.
+# No benchmark isolates this loop (bench/append.py's granian rows run through it but compare servers, not
+# publishers): it is kept for what is said above (one loop per process, events in order), not for a measured
+# gain.
 _publisher_loop: asyncio.AbstractEventLoop | None = None
 _publisher_layer: Any = None
 _publisher_lock = threading.Lock()

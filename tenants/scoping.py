@@ -42,7 +42,12 @@ class ScopedRowLookup:
     fixed statement built once from the models' metadata: what access_object(qs.select_related(fk), pk=…,
     scope=…) does, for the lookups every request of an endpoint family starts with. Django compiles a
     queryset anew on every call (~0.35 ms of CPU for a conversation with its end user, four times the
-    round trip); the values go through the same database converters the ORM applies."""
+    round trip); the values go through the same database converters the ORM applies.
+
+    Kept because a benchmark shows it pays: 441 -> 89 us of CPU per conversation lookup (commit cdbf034), one
+    of the changes that took bench/append.py's PG+Redis granian row from 288 to 434 appends/s
+    (docs/benchmarks.md, Appends over HTTP). Without that margin, access_object(select_related) does the
+    same."""
 
     def __init__(self, model: type[models.Model], *, scope: str, related: str) -> None:
         self.model = model
