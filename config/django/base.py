@@ -175,10 +175,12 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=not REDI
 CELERY_TASK_EAGER_PROPAGATES = True
 # A task is acknowledged when it ends, so a worker that dies mid-run leaves its message to the broker, which
 # hands it out again once the visibility timeout passes (a pool child that dies is requeued at once by the
-# tasks that set reject_on_worker_lost). The timeout must outlast the longest task (hard limits: 660 s) and
-# the longest countdown (retry backoff: 360 s), or a running task would be delivered twice.
+# tasks that set reject_on_worker_lost). The timeout must outlast the longest task (hard limits: 1900 s for
+# a document, knowledge/tasks.py; 660 s for the others) and the longest countdown (retry backoff: 360 s), or a
+# running task would be delivered twice. A compaction does not wait for it: the catch-up sweep redoes a run
+# that outlived its hard time limit (summaries.services.compaction_catch_up).
 CELERY_TASK_ACKS_LATE = True
-MNEMO_CELERY_VISIBILITY_TIMEOUT = env_int("MNEMO_CELERY_VISIBILITY_TIMEOUT", 720, minimum=5)
+MNEMO_CELERY_VISIBILITY_TIMEOUT = env_int("MNEMO_CELERY_VISIBILITY_TIMEOUT", 2000, minimum=5)
 # Redis down: a worker waits for it forever and reconnects, instead of exiting after 100 tries; a request
 # that queues work gives up after ~0.3 s (providers/background.py logs it; the periodic sweeps re-queue).
 CELERY_BROKER_CONNECTION_RETRY = True

@@ -27,7 +27,7 @@ def test_a_compaction_killed_mid_run_is_redelivered_recorded_and_done(owner, wor
         "LLM_MODEL": "test-model",
         "LLM_TIMEOUT_SECONDS": "120",
         "LLM_MAX_RETRIES": "0",
-        # Short enough for a bounded test; production keeps 30 s and 720 s (config/django/base.py).
+        # Short enough for a bounded test; production keeps 30 s and 2000 s (config/django/base.py).
         "MNEMO_COMPACTION_LOCK_TTL_SECONDS": "3",
         "MNEMO_CELERY_VISIBILITY_TIMEOUT": "5",
     }
