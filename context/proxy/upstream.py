@@ -340,12 +340,16 @@ async def _openai_send(upstream: Upstream, body: dict[str, Any]) -> Any:
 
     http_client(upstream)  # the egress check
     completions = await _openai_completions(upstream)
-    own = {"model", "messages", "stream", "stream_options"}
-    kwargs = {k: body[k] for k in own if k in body}
     headers = _request_headers(_llm_view(upstream))
     try:
+        # The body is in the wire format already. As extra_body the package sends it as it is; as arguments
+        # it would walk every message through its parameter transform (200 ms for 400 messages, measured).
         raw = await completions.create(
-            **kwargs, extra_body={k: v for k, v in body.items() if k not in own}, extra_headers=headers
+            model=body["model"],
+            messages=[],
+            stream=bool(body.get("stream")),
+            extra_body={k: v for k, v in body.items() if k not in ("model", "stream")},
+            extra_headers=headers,
         )
     except openai.APITimeoutError:
         raise timeout_error(upstream) from None

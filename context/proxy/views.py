@@ -66,22 +66,28 @@ async def _proxy(request: HttpRequest, parse: Callable[..., ProxyRequest], fmt: 
     try:
         prepared = await sync_to_async(_prepare)(request, parse)
         proxy_request = prepared.request
-        headers = {
-            CONVERSATION_HEADER: str(prepared.conversation.pk),
-            "Server-Timing": ", ".join(f"mnemo-{k};dur={v}" for k, v in prepared.timings.items()),
-        }
         loop = asyncio.get_running_loop()
-        deadline_at = loop.time() + deadline_seconds()
+        called = loop.time()
+        deadline_at = called + deadline_seconds()
         if not proxy_request.stream:
             payload = await _whole(prepared, deadline_at)
-            return JsonResponse(payload, headers=headers)
+            return JsonResponse(payload, headers=_headers(prepared))
         opened = await _within(calls.open_stream(prepared.upstream, prepared.body), prepared, deadline_at)
+        # Until the upstream's status and headers arrived: its own time to answer, and the proxy's call.
+        prepared.timings["upstream"] = round((loop.time() - called) * 1000, 2)
     except ProxyError as exc:
         return error_response(exc, fmt)
     response = StreamingHttpResponse(_relay(prepared, opened, deadline_at), content_type="text/event-stream")
-    for name, value in {**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}.items():
+    for name, value in {**_headers(prepared), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}.items():
         response[name] = value
     return response
+
+
+def _headers(prepared: Prepared) -> dict[str, str]:
+    return {
+        CONVERSATION_HEADER: str(prepared.conversation.pk),
+        "Server-Timing": ", ".join(f"mnemo-{k};dur={v}" for k, v in prepared.timings.items()),
+    }
 
 
 async def _within(awaitable: Any, prepared: Prepared, deadline_at: float) -> Any:
