@@ -399,6 +399,9 @@ def _run(
     instructions: str = "",
     sync: bool,
 ) -> CompactionOutcome:
+    """Summarise the plan's range into new segments (roll-ups when B4 outgrows its budget; a truncation
+    segment when summarising fails), then write the boundary and summary records, the segments and the
+    compaction state in one transaction and announce them on commit."""
     started = time.perf_counter()
     live_before = segments_live(conversation=conversation)
     tokens_before = sum(s.token_count for s in live_before) + plan.b6_tokens
@@ -414,156 +417,253 @@ def _run(
         },
     )
     degradations: list[dict[str, str]] = []
-    new: list[SummarySegment] = []
     try:
-        chunks = _chunks(_raw_messages(conversation, plan.start_seq, plan.end_seq), cfg.max_input_tokens)
-        for index, chunk in enumerate(chunks):
-            input_tokens = sum(m.token_count for m in chunk)
-            summary = _summarise_raw(
-                conversation,
-                chunk,
-                target_tokens=target_tokens_for(input_tokens, cfg),
-                cfg=cfg,
-                instructions=instructions,
-                sync=sync,
-            )
-            degradations += [d for d in summary.degradations if d not in degradations]
-            new.append(
-                _segment(
-                    conversation,
-                    start_seq=plan.start_seq if index == 0 else chunk[0].seq,
-                    end_seq=plan.end_seq if index == len(chunks) - 1 else chunk[-1].seq,
-                    level=0,
-                    summary=summary,
-                    built_from=SummarySegment.BuiltFrom.RAW,
-                    extra={"trigger": trigger, **({"instructions": instructions} if instructions else {})},
-                )
-            )
+        new = _summarised(
+            conversation, plan, cfg, trigger, instructions, sync=sync, degradations=degradations
+        )
         rollups, replaced = _rollups(conversation, [*live_before, *new], cfg, sync=sync)
     except Exception as exc:
         # The offline path failed (a bug, not an outage): keep the newest 30 % and leave the rest out of the
         # prompt, recorded as a truncation segment that `resummarize` can turn into a summary later.
         logger.exception("summarising %s failed; falling back to truncation", conversation.id)
-        degradations.append(
-            {
-                "code": "summary_failed",
-                "message": f"No summary could be made ({type(exc).__name__}): the newest "
-                f"{round(cfg.fallback_keep * 100)} % of the history is kept, the rest left out of the "
-                "prompt.",
-            }
-        )
-        plan = compaction_plan(conversation, cfg, keep=cfg.fallback_keep) or plan
-        new = [
-            _segment(
-                conversation,
-                start_seq=plan.start_seq,
-                end_seq=plan.end_seq,
-                level=0,
-                summary=None,
-                built_from=SummarySegment.BuiltFrom.RAW,
-                extra={"trigger": trigger},
-            )
-        ]
+        plan, new = _truncated(conversation, plan, cfg, exc, trigger=trigger, degradations=degradations)
         rollups, replaced = [], []
-
-    live_after = (
-        [s for s in live_before if s not in replaced] + [s for s in new if s not in replaced] + rollups
+    result = _Result(
+        plan=plan,
+        trigger=trigger,
+        live_before=live_before,
+        new=new,
+        rollups=rollups,
+        replaced=replaced,
+        tokens_before=tokens_before,
+        attachments=named_attachments(_raw_messages(conversation, plan.start_seq, plan.end_seq)),
+        degradations=degradations,
     )
-    tokens_after = sum(s.token_count for s in live_after) + plan.kept_tokens
-    attachments = named_attachments(_raw_messages(conversation, plan.start_seq, plan.end_seq))
-    source = max((s.source for s in new), key=lambda s: _SOURCE_RANK[s])
-    boundary_meta = {
-        "trigger": trigger,
-        "preTokens": tokens_before,
-        "postTokens": tokens_after,
-        "startSeq": plan.start_seq,
-        END_SEQ_KEY: plan.end_seq,
-        "source": source,
-        "messagesSummarised": plan.messages,
-        "filesIncluded": [a["name"] for a in attachments],
-    }
-    if plan.skipped_incomplete:
-        boundary_meta["skippedIncomplete"] = plan.skipped_incomplete
-    records: list[dict[str, Any]] = [
-        {
-            "role": Message.Role.SYSTEM,
-            "kind": Message.Kind.COMPACT_BOUNDARY,
-            "content": BOUNDARY_TEXT,
-            "metadata": boundary_meta,
-            # Idempotent by (conversation, end_seq): a second compaction to the same point cannot be written.
-            "idempotency_key": f"compaction:{plan.end_seq}",
-        }
-    ]
-    supersedes = {r.id: [str(s.id) for s in replaced if s.superseded_by_id == r.id] for r in rollups}
-    written = [*new, *rollups]
     with transaction.atomic():
-        messages = compaction_records_append(
-            conversation=conversation,
-            records=records + [_summary_record(s, supersedes=supersedes.get(s.id, [])) for s in written],
-            check=_check_cut(plan.cut),
-        )
-        boundary = messages[0]
-        for segment, message in zip(written, messages[1:], strict=True):
-            segment.boundary_seq = boundary.seq
-            segment.summary_seq = message.seq
-        # Roll-ups first: the segments they replace point at them.
-        SummarySegment.objects.bulk_create(rollups)
-        SummarySegment.objects.bulk_create(new)
-        for segment in replaced:
-            if segment in live_before:
-                SummarySegment.objects.filter(pk=segment.pk).update(superseded_by=segment.superseded_by)
-        state, _ = CompactionState.objects.get_or_create(conversation=conversation)
-        CompactionState.objects.filter(pk=state.pk).update(
-            last_end_seq=plan.end_seq,
-            last_run_at=timezone.now(),
-            last_source=source,
-            last_error="",
-            compactions=state.compactions + 1,
-        )
-        outcome = CompactionOutcome(
-            trigger=trigger,
-            source=source,
-            start_seq=plan.start_seq,
-            end_seq=plan.end_seq,
-            tokens_before=tokens_before,
-            tokens_after=tokens_after,
-            segments=new,
-            rollups=rollups,
-            superseded=[str(s.id) for s in replaced],
-            boundary=boundary,
-            attachments=attachments,
-            messages_summarised=plan.messages - plan.skipped_incomplete,
-            messages_kept=plan.kept,
-            skipped_incomplete=plan.skipped_incomplete,
-            range_tokens=plan.range_tokens,
-            elapsed_ms=round((time.perf_counter() - started) * 1000, 1),
-            degradations=degradations,
-        )
-        for segment in written:
-            reason = "rollup" if segment in rollups else "compaction"
-            _publish(
-                conversation,
-                "summary.updated",
-                {
-                    "reason": reason,
-                    "segment": segment_data(segment),
-                    "supersedes": supersedes.get(segment.id, []),
-                },
-            )
-        _publish(conversation, "compaction.completed", outcome_data(outcome))
-        transaction.on_commit(
-            lambda: boundary_moved.send(
-                sender=SummarySegment,
-                conversation_id=conversation.id,
-                boundary_seq=boundary.seq,
-                end_seq=plan.end_seq,
-                trigger=trigger,
-            ),
-            robust=True,
-        )
+        boundary = _records_write(conversation, result)
+        _segments_save(result)
+        _state_record(conversation, result)
+        outcome = _outcome(result, boundary, elapsed_ms=round((time.perf_counter() - started) * 1000, 1))
+        _announce(conversation, result, outcome)
     for d in degradations:
         logger.warning("compaction of %s degraded (%s): %s", conversation.id, d["code"], d["message"])
     return outcome
+
+
+def _summarised(
+    conversation: Conversation,
+    plan: Plan,
+    cfg: CompactionConfig,
+    trigger: str,
+    instructions: str,
+    *,
+    sync: bool,
+    degradations: list[dict[str, str]],
+) -> list[SummarySegment]:
+    """One level-0 segment per chunk of the range that fits the summariser's input (unsaved); the summaries'
+    degradations are added to `degradations`."""
+    new = []
+    chunks = _chunks(_raw_messages(conversation, plan.start_seq, plan.end_seq), cfg.max_input_tokens)
+    for index, chunk in enumerate(chunks):
+        input_tokens = sum(m.token_count for m in chunk)
+        summary = _summarise_raw(
+            conversation,
+            chunk,
+            target_tokens=target_tokens_for(input_tokens, cfg),
+            cfg=cfg,
+            instructions=instructions,
+            sync=sync,
+        )
+        degradations += [d for d in summary.degradations if d not in degradations]
+        new.append(
+            _segment(
+                conversation,
+                start_seq=plan.start_seq if index == 0 else chunk[0].seq,
+                end_seq=plan.end_seq if index == len(chunks) - 1 else chunk[-1].seq,
+                level=0,
+                summary=summary,
+                built_from=SummarySegment.BuiltFrom.RAW,
+                extra={"trigger": trigger, **({"instructions": instructions} if instructions else {})},
+            )
+        )
+    return new
+
+
+def _truncated(
+    conversation: Conversation,
+    plan: Plan,
+    cfg: CompactionConfig,
+    exc: Exception,
+    *,
+    trigger: str,
+    degradations: list[dict[str, str]],
+) -> tuple[Plan, list[SummarySegment]]:
+    """The fallback when no summary could be made: the plan that keeps the newest cfg.fallback_keep of the
+    history, and one truncation segment for what it leaves out of the prompt."""
+    degradations.append(
+        {
+            "code": "summary_failed",
+            "message": f"No summary could be made ({type(exc).__name__}): the newest "
+            f"{round(cfg.fallback_keep * 100)} % of the history is kept, the rest left out of the "
+            "prompt.",
+        }
+    )
+    plan = compaction_plan(conversation, cfg, keep=cfg.fallback_keep) or plan
+    segment = _segment(
+        conversation,
+        start_seq=plan.start_seq,
+        end_seq=plan.end_seq,
+        level=0,
+        summary=None,
+        built_from=SummarySegment.BuiltFrom.RAW,
+        extra={"trigger": trigger},
+    )
+    return plan, [segment]
+
+
+@dataclass
+class _Result:
+    """What a compaction run made, before it is written: new segments and roll-ups (unsaved), the live
+    segments they replace, and the figures its records and outcome report."""
+
+    plan: Plan
+    trigger: str
+    live_before: list[SummarySegment]
+    new: list[SummarySegment]
+    rollups: list[SummarySegment]
+    replaced: list[SummarySegment]
+    tokens_before: int
+    attachments: list[dict[str, Any]]
+    degradations: list[dict[str, str]]
+
+    @property
+    def written(self) -> list[SummarySegment]:
+        return [*self.new, *self.rollups]
+
+    @property
+    def source(self) -> str:
+        return max((s.source for s in self.new), key=lambda s: _SOURCE_RANK[s])
+
+    @property
+    def tokens_after(self) -> int:
+        live_after = (
+            [s for s in self.live_before if s not in self.replaced]
+            + [s for s in self.new if s not in self.replaced]
+            + self.rollups
+        )
+        return sum(s.token_count for s in live_after) + self.plan.kept_tokens
+
+    def supersedes(self, segment: SummarySegment) -> list[str]:
+        """The ids of the segments a roll-up replaces (none for a new level-0 segment)."""
+        return [str(s.id) for s in self.replaced if s.superseded_by_id == segment.id]
+
+
+def _records_write(conversation: Conversation, result: _Result) -> Message:
+    """The compact_boundary record and one compact_summary record per written segment, appended to the
+    transcript (refused when the history moved past the plan's cut); the segments learn their seqs. Returns
+    the boundary."""
+    plan = result.plan
+    boundary_meta = {
+        "trigger": result.trigger,
+        "preTokens": result.tokens_before,
+        "postTokens": result.tokens_after,
+        "startSeq": plan.start_seq,
+        END_SEQ_KEY: plan.end_seq,
+        "source": result.source,
+        "messagesSummarised": plan.messages,
+        "filesIncluded": [a["name"] for a in result.attachments],
+    }
+    if plan.skipped_incomplete:
+        boundary_meta["skippedIncomplete"] = plan.skipped_incomplete
+    boundary_record: dict[str, Any] = {
+        "role": Message.Role.SYSTEM,
+        "kind": Message.Kind.COMPACT_BOUNDARY,
+        "content": BOUNDARY_TEXT,
+        "metadata": boundary_meta,
+        # Idempotent by (conversation, end_seq): a second compaction to the same point cannot be written.
+        "idempotency_key": f"compaction:{plan.end_seq}",
+    }
+    messages = compaction_records_append(
+        conversation=conversation,
+        records=[boundary_record]
+        + [_summary_record(s, supersedes=result.supersedes(s)) for s in result.written],
+        check=_check_cut(plan.cut),
+    )
+    boundary = messages[0]
+    for segment, message in zip(result.written, messages[1:], strict=True):
+        segment.boundary_seq = boundary.seq
+        segment.summary_seq = message.seq
+    return boundary
+
+
+def _segments_save(result: _Result) -> None:
+    # Roll-ups first: the segments they replace point at them.
+    SummarySegment.objects.bulk_create(result.rollups)
+    SummarySegment.objects.bulk_create(result.new)
+    for segment in result.replaced:
+        if segment in result.live_before:
+            SummarySegment.objects.filter(pk=segment.pk).update(superseded_by=segment.superseded_by)
+
+
+def _state_record(conversation: Conversation, result: _Result) -> None:
+    state, _ = CompactionState.objects.get_or_create(conversation=conversation)
+    CompactionState.objects.filter(pk=state.pk).update(
+        last_end_seq=result.plan.end_seq,
+        last_run_at=timezone.now(),
+        last_source=result.source,
+        last_error="",
+        compactions=state.compactions + 1,
+    )
+
+
+def _outcome(result: _Result, boundary: Message, *, elapsed_ms: float) -> CompactionOutcome:
+    plan = result.plan
+    return CompactionOutcome(
+        trigger=result.trigger,
+        source=result.source,
+        start_seq=plan.start_seq,
+        end_seq=plan.end_seq,
+        tokens_before=result.tokens_before,
+        tokens_after=result.tokens_after,
+        segments=result.new,
+        rollups=result.rollups,
+        superseded=[str(s.id) for s in result.replaced],
+        boundary=boundary,
+        attachments=result.attachments,
+        messages_summarised=plan.messages - plan.skipped_incomplete,
+        messages_kept=plan.kept,
+        skipped_incomplete=plan.skipped_incomplete,
+        range_tokens=plan.range_tokens,
+        elapsed_ms=elapsed_ms,
+        degradations=result.degradations,
+    )
+
+
+def _announce(conversation: Conversation, result: _Result, outcome: CompactionOutcome) -> None:
+    """summary.updated per written segment and compaction.completed to the conversation's sockets, and
+    boundary_moved to the apps that follow the boundary, all on commit."""
+    for segment in result.written:
+        _publish(
+            conversation,
+            "summary.updated",
+            {
+                "reason": "rollup" if segment in result.rollups else "compaction",
+                "segment": segment_data(segment),
+                "supersedes": result.supersedes(segment),
+            },
+        )
+    _publish(conversation, "compaction.completed", outcome_data(outcome))
+    boundary_seq, end_seq = outcome.boundary.seq, result.plan.end_seq
+    transaction.on_commit(
+        lambda: boundary_moved.send(
+            sender=SummarySegment,
+            conversation_id=conversation.id,
+            boundary_seq=boundary_seq,
+            end_seq=end_seq,
+            trigger=result.trigger,
+        ),
+        robust=True,
+    )
 
 
 def outcome_data(outcome: CompactionOutcome) -> dict[str, Any]:
