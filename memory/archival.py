@@ -156,7 +156,7 @@ def _embedding(content: str) -> _Embedded:
 
 @dataclass(frozen=True)
 class _Logged:
-    """Who an insert's MemoryOperations are by, and in which conversation."""
+    """Who an archival change's MemoryOperations are by, and in which conversation."""
 
     end_user: EndUser
     actor: str
@@ -164,9 +164,9 @@ class _Logged:
     conversation: Conversation | None
 
     def write(
-        self, op: str, memory: ArchivalMemory, *, old_value: str = "", new_value: str, trigger: str
-    ) -> None:
-        operation_log(
+        self, op: str, memory: ArchivalMemory, *, old_value: str = "", new_value: str = "", trigger: str
+    ) -> MemoryOperation:
+        return operation_log(
             end_user=self.end_user,
             op=op,
             target=f"archival:{memory.id}",
@@ -435,7 +435,8 @@ def archival_revert(
     re-inserted. A merge is not undone (the merged facts were the same)."""
     memory_id = operation.target.partition(":")[2]
     memory = ArchivalMemory.objects.filter(end_user=operation.end_user, pk=memory_id).first()
-    end_user = operation.end_user
+    logged = _Logged(end_user=operation.end_user, actor=actor, actor_name=actor_name, conversation=None)
+    revert = MemoryOperation.Op.ARCHIVAL_REVERT
     if (
         operation.op == MemoryOperation.Op.ARCHIVAL_INSERT
         and memory is not None
@@ -443,53 +444,45 @@ def archival_revert(
     ):
         memory.invalidated_at = timezone.now()
         memory.save(update_fields=["invalidated_at"])
-        return operation_log(
-            end_user=end_user,
-            op=MemoryOperation.Op.ARCHIVAL_REVERT,
-            target=operation.target,
-            old_value=memory.content,
-            trigger=trigger,
-            actor=actor,
-            actor_name=actor_name,
-        )
+        return logged.write(revert, memory, old_value=memory.content, trigger=trigger)
     if operation.op == MemoryOperation.Op.ARCHIVAL_INVALIDATE and memory is not None:
         memory.invalidated_at = None
         memory.invalidated_by = None
         memory.save(update_fields=["invalidated_at", "invalidated_by"])
-        return operation_log(
-            end_user=end_user,
-            op=MemoryOperation.Op.ARCHIVAL_REVERT,
-            target=operation.target,
-            new_value=memory.content,
-            trigger=trigger,
-            actor=actor,
-            actor_name=actor_name,
-        )
+        return logged.write(revert, memory, new_value=memory.content, trigger=trigger)
     if operation.op == MemoryOperation.Op.ARCHIVAL_DELETE and memory is None:
-        kept = operation.details or {}  # deletes logged before memory 0005 kept the content only
-        conversation_id = kept.get("conversation_id")
-        conversation = (
-            Conversation.objects.filter(pk=conversation_id, tenant_id=end_user.tenant_id).first()
-            if conversation_id
-            else None  # or purged since
-        )
-        outcome = archival_insert(
-            end_user=end_user,
-            content=operation.old_value,
-            kind=kept.get("kind", ArchivalMemory.Kind.FACT),
-            importance=kept.get("importance", 0.5),
-            subject=kept.get("subject", ""),
-            conversation=conversation,
-            source_message_ids=kept.get("source_message_ids"),
-            actor=actor,
-            actor_name=actor_name,
-            trigger=trigger,
-            replace_older=False,
-        )
-        return MemoryOperation.objects.filter(target=f"archival:{outcome.memory.id}").first()
+        restored = _restore_deleted(operation, logged=logged, trigger=trigger)
+        return MemoryOperation.objects.filter(target=f"archival:{restored.id}").first()
     raise ApplicationError(
         "This operation cannot be reverted (or its target changed).", code="target_changed", status_code=409
     )
+
+
+def _restore_deleted(operation: MemoryOperation, *, logged: _Logged, trigger: str) -> ArchivalMemory:
+    """Insert a deleted memory again as it was (kind, subject, importance, conversation and sources, kept in
+    the delete's details), as an old statement: it replaces nothing learnt after it."""
+    end_user = operation.end_user
+    kept = operation.details or {}  # deletes logged before memory 0005 kept the content only
+    conversation_id = kept.get("conversation_id")
+    conversation = (
+        Conversation.objects.filter(pk=conversation_id, tenant_id=end_user.tenant_id).first()
+        if conversation_id
+        else None  # or purged since
+    )
+    outcome = archival_insert(
+        end_user=end_user,
+        content=operation.old_value,
+        kind=kept.get("kind", ArchivalMemory.Kind.FACT),
+        importance=kept.get("importance", 0.5),
+        subject=kept.get("subject", ""),
+        conversation=conversation,
+        source_message_ids=kept.get("source_message_ids"),
+        actor=logged.actor,
+        actor_name=logged.actor_name,
+        trigger=trigger,
+        replace_older=False,
+    )
+    return outcome.memory
 
 
 @transaction.atomic
