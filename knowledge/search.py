@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Max, Sum
 
-from knowledge.identifiers import query_terms, symbol_words, terms, trigrams
+from knowledge.identifiers import looks_like_a_name, query_terms, symbol_words, terms, trigrams
 from knowledge.models import Chunk, Document, scope_key
 from providers.embeddings import embed_query, embedder_status, from_bytes
 
@@ -31,8 +31,9 @@ FUSION_DEPTH = 200
 LEXICAL_WEIGHT = 1.0
 VECTOR_WEIGHT = 1.0
 SYMBOL_WEIGHT = 1.0
-# pg_trgm's default similarity threshold: below it a symbol is not a fuzzy match.
-SYMBOL_THRESHOLD = 0.3
+# Below this trigram similarity a symbol is not a fuzzy match (pg_trgm's own default, 0.3, let weak matches
+# crowd out the lexical ranking on Django: MRR@10 0.83 at 0.4, 0.84 at 0.45 on name queries).
+SYMBOL_THRESHOLD = 0.45
 KIND_CODES = {Document.Kind.DOCUMENT: 0, Document.Kind.CODE: 1}
 
 
@@ -213,7 +214,9 @@ _PG_TRGM: bool | None = None
 def _symbol_scores(index: KnowledgeIndex, query: str) -> np.ndarray:
     """Symbol similarity per chunk: by pg_trgm's GIN index when PostgreSQL has it, else in this process."""
     words = symbol_words(query)
-    if not words or not _pg_trgm_available():
+    if not words or not looks_like_a_name(query):
+        return np.zeros(len(index), dtype=np.float32)
+    if not _pg_trgm_available():
         return index.symbol_similarity(query)
     scores = np.zeros(len(index), dtype=np.float32)
     with connection.cursor() as cursor:
@@ -224,7 +227,7 @@ def _symbol_scores(index: KnowledgeIndex, query: str) -> np.ndarray:
         )
         for pk, similarity in cursor.fetchall():
             position = index.position_of.get(pk)
-            if position is not None:
+            if position is not None and similarity >= SYMBOL_THRESHOLD:
                 scores[position] = similarity
     return scores
 

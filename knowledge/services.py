@@ -145,7 +145,8 @@ def _upload_one(*, tenant: Tenant, upload: Any, scope: Scope) -> Uploaded:
             f"{name}: no reader for this type of file (PDF, DOCX, XLSX, PPTX, Markdown, HTML, text, CSV, "
             "code, or a zip or tar of them)."
         )
-    suffix = "".join(PurePosixPath(name.lower()).suffixes[-2:])[:16]
+    # The storage key is ours (tenant/document id); only a tidy extension of the client's name goes in it.
+    suffix = re.sub(r"[^a-z0-9.]", "", "".join(PurePosixPath(name.lower()).suffixes[-2:]))[:16]
     key = document_storage().save(f"{tenant.pk}/{document.id}{suffix}", ContentFile(data))
     document.storage_key = key
     try:

@@ -3,7 +3,14 @@ kinds, deletion, outsiders."""
 
 import pytest
 
-from knowledge.identifiers import query_terms, split_identifier, terms, trigram_similarity, trigrams
+from knowledge.identifiers import (
+    looks_like_a_name,
+    query_terms,
+    split_identifier,
+    terms,
+    trigram_similarity,
+    trigrams,
+)
 from knowledge.search import knowledge_index
 from tests.knowledge.conftest import code, upload
 from tests.knowledge.files import PYTHON_SOURCE, TS_SOURCE, pdf_bytes
@@ -23,6 +30,13 @@ def test_identifier_splitting():
     # "get user name" and getUsername share the joined word.
     assert set(query_terms("get user name")) & set(terms("def getUsername(user):")) >= {"get", "usernam"}
     assert trigram_similarity(trigrams("render invoice"), trigrams("render invoice")) == 1.0
+
+
+def test_prose_queries_do_without_joins_and_fuzzy_symbols():
+    assert looks_like_a_name("get user name") and looks_like_a_name("QuerySet.select_related")
+    assert not looks_like_a_name("Return the user name of the account")
+    assert "usernam" in query_terms("user name")
+    assert "usernam" not in query_terms("Return the user name of the account")
 
 
 def test_split_name_query_finds_the_function_with_its_lines(owner):
