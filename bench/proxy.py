@@ -9,8 +9,9 @@ straight to the fake upstream, on a conversation of 10,000 messages, and 50 conc
 
 The server is granian (ASGI, --workers 2) on config.asgi:application; the upstream is tests/llm_server.py
 (a real HTTP server on 127.0.0.1, streaming server-sent events) in this process. PostgreSQL when reachable
-(a throwaway database), else SQLite. Message vectors are off in the server (a worker's job in a deployment),
-and the tenant's own background LLM use is off, so the upstream sees only the proxy's calls.
+(a throwaway database), else SQLite. Message vectors are off and background tasks are queued, not run, in the
+server (a worker's job in a deployment; BENCH_PROXY_EAGER=true runs them there), and the tenant's own
+background LLM use is off, so the upstream sees only the proxy's calls.
 
 Run from the repository root:  .venv/bin/python bench/proxy.py   (or: make bench-proxy)
 Options: --rounds N (default 100), --messages N (default 10000), --concurrency N (default 50), --sqlite.
@@ -145,7 +146,16 @@ def sequential(
     import httpx
 
     series: dict[str, list[float]] = {
-        k: [] for k in ("proxy_total", "proxy_first", "direct_total", "direct_first", "append", "context")
+        k: []
+        for k in (
+            "proxy_total",
+            "proxy_first",
+            "direct_total",
+            "direct_first",
+            "append",
+            "context",
+            "upstream",
+        )
     }
     proxy_headers = {"Authorization": f"Bearer {key}", "X-Mnemo-Conversation": conversation}
     with httpx.Client(timeout=60) as client:
@@ -174,7 +184,26 @@ def sequential(
             series["direct_total"].append(d_total)
             series["append"].append(timing.get("append", 0) / 1000)
             series["context"].append(timing.get("context", 0) / 1000)
+            series["upstream"].append(timing.get("upstream", 0) / 1000)
     return series
+
+
+def pipeline(conversation_id: str, rounds: int, rng: random.Random) -> list[float]:
+    """The context pipeline alone on the same conversation, in this process (no HTTP, no proxy): what
+    POST …/context costs, the baseline for the proxy's context time."""
+    from context.pipeline import ContextRequest, context_assemble
+    from conversations.models import Conversation
+
+    conversation = Conversation.objects.select_related("tenant").get(pk=conversation_id)
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        context_assemble(
+            conversation=conversation,
+            request=ContextRequest(user_message=sentence(rng, 20), model="gpt-4o", format="openai"),
+        )
+        times.append(time.perf_counter() - started)
+    return times
 
 
 async def concurrent(port: int, key: str, streams: int) -> tuple[int, float]:
@@ -218,8 +247,11 @@ def report(
         for p in (50, 95):
             a, b = percentile(series[proxy], p), percentile(series[direct], p)
             rows.append([f"{label} p{p}", ms(a), ms(b), ms(a - b), f"{a / b:.1f}x" if b else "-"])
-    for name in ("append", "context"):
+    for name in ("append", "context", "upstream"):
         rows.append([f"proxy {name} (Server-Timing) p50", ms(percentile(series[name], 50)), "-", "-", "-"])
+    rows.append(
+        ["context pipeline in-process, no HTTP p50", ms(percentile(series["pipeline"], 50)), "-", "-", "-"]
+    )
     first_added = percentile(series["proxy_first"], 50) - percentile(series["direct_first"], 50)
     beyond = first_added - percentile(series["append"], 50) - percentile(series["context"], 50)
     rows.append(["first byte added beyond append+context p50", ms(beyond), "-", "-", "-"])
@@ -271,6 +303,9 @@ def main() -> int:
             # Message vectors are a worker's job in a deployment; here they would embed the seeded 10k
             # messages on the server's own cores while it is measured.
             MNEMO_EMBED_ON_APPEND="false",
+            # Background tasks (memory agent, compaction) are queued, not run on the server's threads: in a
+            # deployment a worker runs them, and here they would take the GIL from the streams measured.
+            CELERY_TASK_ALWAYS_EAGER=os.environ.get("BENCH_PROXY_EAGER", "false"),
         )  # fmt: skip
         port = free_port()
         log_path = Path(os.environ.get("BENCH_PROXY_LOG", Path(scratch) / "granian.log"))
@@ -279,6 +314,7 @@ def main() -> int:
         wait_ready(port, key, proc, log_path)
         log("server ready; sequential rounds")
         series = sequential(port, key, conversation, upstream, args.rounds, rng)
+        series["pipeline"] = pipeline(conversation, 20, rng)
         log(f"{args.concurrency} concurrent streams")
         errors, elapsed = asyncio.run(concurrent(port, key, args.concurrency))
         print(report(series, errors, args.concurrency, elapsed, args, database))
