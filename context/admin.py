@@ -14,6 +14,7 @@ from django.urls import path
 
 from context.models import AgentProfile, ConversationContext
 from context.pipeline import ContextRequest, context_assemble, context_payload
+from conversations.admin import conversation_label
 from conversations.models import Conversation
 from prefix_cache.rendering import FORMATS
 from tenants.admin_scoping import TenantScopedAdmin, member_tenant_ids
@@ -26,9 +27,20 @@ class InspectorForm(forms.Form):
     token_budget = forms.IntegerField(required=False, min_value=256)
     format = forms.ChoiceField(choices=[(f, f) for f in FORMATS], initial="openai")
 
-    def __init__(self, *args: Any, conversations: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, conversations: Any, grouped: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        cast(forms.ModelChoiceField, self.fields["conversation"]).queryset = conversations
+        field = cast(forms.ModelChoiceField, self.fields["conversation"])
+        field.queryset = conversations
+        # Told apart by end user, short id, created and message count; under their tenant's name when the
+        # user sees several tenants (#18 item 5). The queryset still decides what is accepted.
+        labelled = [(c, conversation_label(c)) for c in conversations[:200]]
+        if grouped:
+            groups: dict[str, list[tuple[str, str]]] = {}
+            for conversation, label in labelled:
+                groups.setdefault(conversation.tenant.name, []).append((str(conversation.pk), label))
+            field.widget.choices = [("", "---------"), *groups.items()]
+        else:
+            field.widget.choices = [("", "---------"), *((str(c.pk), label) for c, label in labelled)]
 
 
 @admin.register(AgentProfile)
@@ -78,12 +90,14 @@ class AgentProfileAdmin(TenantScopedAdmin):
     def inspector_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_module_permission(request):
             raise PermissionDenied
-        conversations = Conversation.objects.select_related("tenant").order_by("-created_at")
+        conversations = Conversation.objects.select_related("tenant", "end_user").order_by(
+            "tenant__name", "-created_at"
+        )
         if not request.user.is_superuser:
             conversations = conversations.filter(tenant__in=member_tenant_ids(request))
-        form = InspectorForm(request.POST or None, conversations=conversations)
-        if request.method == "GET" and "conversation" in request.GET:
-            form = InspectorForm({**request.GET.dict()}, conversations=conversations)
+        grouped = request.user.is_superuser or len(member_tenant_ids(request)) > 1
+        data = request.POST or (request.GET.dict() if "conversation" in request.GET else None)
+        form = InspectorForm(data, conversations=conversations, grouped=grouped)
         result = error = None
         if form.is_bound and form.is_valid():
             try:

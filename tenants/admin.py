@@ -31,6 +31,11 @@ from tenants.settings_schema import (
     settings_validate,
 )
 
+# The site's names (#18 item 7): the title bar, the page titles and the index say Mnemo, not Django.
+admin.site.site_header = "Mnemo administration"
+admin.site.site_title = "Mnemo admin"
+admin.site.index_title = "Tenants, conversations and memory"
+
 # --- Tenant settings: one typed field per known setting (tenants/settings_schema.py) ---------------------
 # A blank field means "not set" (the server default applies). A nullable number turns its feature off at -1.
 OFF = -1

@@ -1,0 +1,43 @@
+"""Pages an operator works with, as the browser lays them out (#18 items 5-7): the message list at 1,400 px,
+a conversation's transcript, readable values."""
+
+import pytest
+
+from tests.browser.conftest import doc_screenshot
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+LAYOUT = """() => {
+    const table = document.querySelector("#result_list");
+    const content = table.querySelector("td.field-preview");
+    return {
+        page: document.documentElement.scrollWidth,
+        viewport: window.innerWidth,
+        table: table.getBoundingClientRect().right,
+        room: table.parentElement.getBoundingClientRect().right,
+        content: content.getBoundingClientRect().width,
+    };
+}"""
+
+
+def test_the_message_list_fits_1400_px_and_gives_the_content_room(login, world):
+    page = login("superuser")
+    page.open("/admin/conversations/message/")
+    assert page.page.viewport_size["width"] == 1400
+    layout = page.page.evaluate(LAYOUT)
+    assert layout["page"] <= layout["viewport"], layout  # nothing cut off or scrolled sideways
+    assert layout["table"] <= layout["room"] + 1, layout
+    assert layout["content"] >= 220, layout  # it was 80 px
+
+
+def test_a_conversation_page_reads_like_a_conversation(login, world):
+    page = login("support")
+    page.open(f"/admin/conversations/conversation/{world.conversation.pk}/change/?transcript_page=1")
+    transcript = page.page.locator("#transcript")
+    assert transcript.locator(".mnemo-boundary").count() == 1
+    assert "partial: the reply was cut off" in transcript.inner_text()
+    image = transcript.locator(".mnemo-images img").first
+    image.scroll_into_view_if_needed()
+    page.page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=image.element_handle())
+    page.assert_clean()
+    doc_screenshot(page, "conversation")
