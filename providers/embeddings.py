@@ -2,6 +2,7 @@
 embeddings API when configured, else none (callers fall back to lexical retrieval and report it).
 Vectors are float32 and L2-normalised, so a dot product is the cosine similarity."""
 
+import atexit
 import logging
 import threading
 from dataclasses import dataclass
@@ -142,6 +143,7 @@ def _build(backend: str) -> EmbedderStatus:
 
 
 _build_lock = threading.Lock()
+WARM_EXIT_WAIT_SECONDS = 60
 
 
 def embedder_status() -> EmbedderStatus:
@@ -158,6 +160,9 @@ def embeddings_warm() -> threading.Thread | None:
         return None
     thread = threading.Thread(target=_warm, name="mnemo-embeddings-warm", daemon=True)
     thread.start()
+    # A process that exits while the model is loading would stop the thread inside onnxruntime's native
+    # code, which aborts the process ("terminate called without an active exception"): exit waits for it.
+    atexit.register(thread.join, WARM_EXIT_WAIT_SECONDS)
     return thread
 
 

@@ -1,9 +1,16 @@
 """A server process loads the local embedding model as it starts, on a background thread, so its first
 context call does not wait for it."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from providers import embeddings
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(embeddings._local_model_path() is None, reason="no local embedding model")
 
@@ -34,3 +41,29 @@ def test_no_warm_up_when_turned_off(fresh_model, setting, backend):
     fresh_model.MNEMO_EMBEDDINGS = backend
     assert embeddings.embeddings_warm() is None
     assert embeddings._build.cache_info().currsize == 0
+
+
+def test_a_process_that_exits_while_the_model_loads_exits_cleanly(tmp_path):
+    # Without the wait at exit, the interpreter stops the thread inside onnxruntime and the process aborts.
+    script = (
+        "import django; django.setup()\n"
+        "from providers import embeddings\n"
+        "import sys, time\n"
+        "assert embeddings.embeddings_warm() is not None\n"
+        "while 'onnxruntime' not in sys.modules: time.sleep(0.01)\n"
+        "time.sleep(0.2)  # inside the session's native set-up\n"
+    )
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.django.local",
+        "MNEMO_VAR_DIR": str(tmp_path),
+        "DJANGO_SECRET_KEY": "test",
+        "MNEMO_EMBEDDINGS": "local",
+        "MNEMO_WARM_ON_START": "true",
+    }
+    env.pop("DATABASE_URL", None)
+    env.pop("REDIS_URL", None)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, "terminate called" in done.stderr) == (0, False), done.stderr[-2000:]
