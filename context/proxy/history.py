@@ -92,9 +92,29 @@ class Synced:
     chain: str
 
 
+def _stored_prefix(conversation: Conversation, items: list[dict[str, Any]]) -> int:
+    """For a conversation whose history came through the REST API (its messages carry no proxy keys): how
+    many leading messages of a whole list match the stored messages in order, by role and text. Reads at
+    most as many rows as the client sent; 0 for a single message (a new turn)."""
+    if len(items) < 2:
+        return 0
+    stored = (
+        Message.objects.filter(conversation=conversation, kind=Message.Kind.MESSAGE)
+        .exclude(role=Message.Role.SYSTEM)
+        .order_by("seq")
+        .values_list("role", "content", "idempotency_key")[: len(items)]
+    )
+    matched = 0
+    for item, (role, content, key) in zip(items, stored, strict=False):
+        if (key or "").startswith(KEY_PREFIX) or (role, content) != (item["role"], item["content"]):
+            break
+        matched += 1
+    return matched if matched < len(items) else 0
+
+
 def history_sync(*, conversation: Conversation, items: list[dict[str, Any]]) -> Synced:
     keys = chain_keys(items)
-    seen = _seen_prefix(conversation, keys)
+    seen = _seen_prefix(conversation, keys) or _stored_prefix(conversation, items)
     # The same request again (a retry, or a regenerate): its last message is the newest stored one, or the
     # one the stored reply answers.
     if seen == len(items) and keys[-1] in {m.idempotency_key for m in _newest(conversation, 2)}:

@@ -38,10 +38,17 @@ def mnemo_url(proxy_settings) -> Iterator[str]:
 
 
 def wait_for(predicate, *, timeout: float = 10.0):
-    """Poll until predicate() is truthy (what the server does after answering lands a moment later)."""
+    """Poll until predicate() is truthy (what the server does after answering lands a moment later). The
+    in-memory SQLite of `make test` is shared between threads with table locks: a read that meets the
+    server's write is tried again."""
+    from django.db import OperationalError
+
     deadline = time.monotonic() + timeout
     while True:
-        value = predicate()
+        try:
+            value = predicate()
+        except OperationalError:
+            value = None
         if value or time.monotonic() > deadline:
             return value
         time.sleep(0.02)

@@ -191,6 +191,24 @@ def test_whole_list_after_messages_appended_through_the_api(owner, conversation,
     assert [c for _, c, _ in stored(conversation.id)][:3] == ["earlier", "noted", "now"]
 
 
+def test_whole_list_on_a_conversation_begun_through_the_api(owner, conversation, mnemo_url, llm_server):
+    message_append_batch(
+        conversation=conversation,
+        items=[{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "noted"}],
+    )
+    sdk = client(mnemo_url, owner.raw_key, **{"X-Mnemo-Conversation": str(conversation.id)})
+    history = [
+        {"role": "user", "content": "earlier"},
+        {"role": "assistant", "content": "noted"},
+        {"role": "user", "content": "now"},
+    ]
+    llm_server.reply = "reply now"
+    ask(sdk, history)
+    history += [{"role": "assistant", "content": "reply now"}, {"role": "user", "content": "later"}]
+    ask(sdk, history)
+    assert [c for _, c, _ in stored(conversation.id)][:5] == ["earlier", "noted", "now", "reply now", "later"]
+
+
 def test_upstream_body_is_the_assembled_context(owner, mnemo_url, llm_server):
     sdk = client(mnemo_url, owner.raw_key)
     _, conversation_id = ask(sdk, [{"role": "user", "content": "first question"}])
