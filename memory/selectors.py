@@ -2,8 +2,9 @@
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import F, Q, QuerySet
 
+from conversations.models import Conversation
 from memory.models import STANDARD_LABELS, CoreMemoryBlock, CoreMemoryBlockVersion, MemoryOperation
 from tenants.models import EndUser
 
@@ -73,3 +74,18 @@ def archival_exists(*, end_user_id: int) -> bool:
     from memory.models import ArchivalMemory
 
     return ArchivalMemory.objects.filter(end_user_id=end_user_id, invalidated_at__isnull=True).exists()
+
+
+def memory_agent_due(*, since: Any, limit: int) -> list[Any]:
+    """End users' conversations updated since `since` that the memory agent has not read to their last
+    message (a run that was lost: the queue of a stopped server, a broker that was down), newest first, at
+    most `limit`."""
+    behind = Q(memory_agent_cursor__isnull=True, last_seq__gt=0) | Q(
+        memory_agent_cursor__last_seq__lt=F("last_seq")
+    )
+    return list(
+        Conversation.objects.filter(end_user__isnull=False, updated_at__gte=since)
+        .filter(behind)
+        .order_by("-updated_at")
+        .values_list("pk", flat=True)[:limit]
+    )

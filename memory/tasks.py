@@ -47,3 +47,19 @@ def memory_agent_conversation(conversation_id: str) -> int:
     if conversation is None:
         return 0
     return len(memory_agent_run(conversation=conversation).operations)
+
+
+@shared_task(acks_late=True, soft_time_limit=600, time_limit=660)
+def memory_agent_sweep() -> int:
+    """Beat: queue the memory agent for recently active conversations it has not read to the end (a run the
+    broker never took, or one a stopped server lost). Returns how many were queued."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from memory.selectors import memory_agent_due
+    from providers.background import task_send
+
+    since = timezone.now() - timedelta(seconds=settings.MNEMO_COMPACTION_CATCHUP_LOOKBACK_SECONDS)
+    due = memory_agent_due(since=since, limit=settings.MNEMO_COMPACTION_CATCHUP_LIMIT)
+    return sum(task_send(memory_agent_conversation, str(conversation_id)) for conversation_id in due)

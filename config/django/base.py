@@ -224,6 +224,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "conversations.tasks.message_vectors_sweep",
         "schedule": env_int("MNEMO_VECTORS_SWEEP_SECONDS", 600, minimum=10),
     },
+    # Conversations the memory agent has not read to the end (a lost run) within the same lookback.
+    "memory-agent-sweep": {
+        "task": "memory.tasks.memory_agent_sweep",
+        "schedule": env_int("MNEMO_MEMORY_AGENT_SWEEP_SECONDS", 600, minimum=10),
+    },
     "memory-state-fold": {
         "task": "memory.tasks.state_fold_periodic",
         "schedule": env_int("MNEMO_STATE_FOLD_SECONDS", 60, minimum=5),
