@@ -52,7 +52,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from conversations.models import Conversation, Message
-from memory.archival import archival_insert, archival_search
+from memory.archival import Embedding, archival_embed, archival_insert, archival_search
 from memory.facts import fact_signature, looks_secret, specific_values, strip_lead_in
 from memory.models import DEFAULT_CHAR_LIMIT, Actor, ArchivalMemory, CoreMemoryBlock, MemoryAgentCursor
 from memory.selectors import label_order
@@ -645,6 +645,7 @@ class _Write:
     expected_version: int = 0  # core: the version the model saw (0: create)
     content: str = ""
     kind: str = ""
+    embedding: Embedding | None = None  # archival: computed before the cursor's lock is taken
 
 
 @dataclass
@@ -941,6 +942,7 @@ def _write_apply(
             actor=Actor.AGENT,
             actor_name=actor_name,
             trigger=write.trigger,
+            embedding=write.embedding,
         )
         return {"op": f"archival_memory_{outcome.action}", "id": str(outcome.memory.id), "tool": write.tool}
     block, _ = core_memory_write(
@@ -1051,6 +1053,8 @@ def memory_agent_run(*, conversation: Conversation) -> AgentRun:
                 if batch is None:
                     run.processed_to = cursor_seq
                     return run
+        if plan is not None:
+            _plan_embed(plan)
         if not _batch_apply(conversation, batch, plan, run):
             restarts += 1
             run.notes.append("Another run moved the cursor meanwhile: this batch was read again.")
@@ -1068,6 +1072,14 @@ def memory_agent_run(*, conversation: Conversation) -> AgentRun:
     run.notes.append("More exchanges are waiting: the next run continues from the cursor.")
     logger.info("memory agent for %s stopped with work pending at seq %s", conversation.id, run.processed_to)
     return run
+
+
+def _plan_embed(plan: _Plan) -> None:
+    """The vectors of the plan's archival inserts, computed before _batch_apply locks the cursor (an
+    embedding model or a remote embedder can be slow; the lock is held only to write)."""
+    for write in plan.writes:
+        if write.tool == "archival_memory_insert":
+            write.embedding = archival_embed(write.content)
 
 
 def _detail(sentence: str) -> str | None:

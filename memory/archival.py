@@ -84,6 +84,26 @@ def _live(end_user: EndUser) -> Any:
     return ArchivalMemory.objects.filter(end_user=end_user, invalidated_at__isnull=True)
 
 
+@dataclass(frozen=True)
+class Embedding:
+    """A memory's vector as archival_insert stores it."""
+
+    vector: Any  # np.ndarray, or None when there is no embedder
+    model: str  # the model's name, or why there is no vector
+    degradations: list[dict[str, str]]
+
+
+def archival_embed(content: str) -> Embedding:
+    """The content's vector; without one (no embedder, a failed call) the memory is stored without and the
+    outcome says so."""
+    vectors, model = embed([content.strip()])
+    if vectors is None:
+        return Embedding(
+            None, model, [{"code": "embeddings_unavailable", "message": f"Stored without a vector: {model}"}]
+        )
+    return Embedding(vectors[0], model, [])
+
+
 def archival_insert(
     *,
     end_user: EndUser,
@@ -97,17 +117,19 @@ def archival_insert(
     actor_name: str = "",
     trigger: str = "",
     replace_older: bool = True,
+    embedding: Embedding | None = None,
 ) -> InsertOutcome:
     """Store a memory, or merge it into a near duplicate. A new statement replaces the older live ones it
     contradicts (same subject, or another value for the same thing) unless replace_older is False: a
     restored memory (the revert of a delete) is an old statement and must not replace what came after it.
 
     The embedding is computed first, with no lock held (a model or a remote call can be slow); then the end
-    user's row is locked and the merge, insert and invalidations are written in one transaction."""
+    user's row is locked and the merge, insert and invalidations are written in one transaction. A caller
+    that writes under a lock of its own passes `embedding` (archival_embed), computed before it took it."""
     content = content.strip()
     if not content:
         raise ApplicationError("An archival memory needs content.", code="empty_content")
-    embedded = _embedding(content)
+    embedded = embedding if embedding is not None else archival_embed(content)
     explicit = bool(subject.strip())
     logged = _Logged(end_user=end_user, actor=actor, actor_name=actor_name, conversation=conversation)
     with transaction.atomic():
@@ -134,24 +156,6 @@ def archival_insert(
         replaced = _contradicted(memory, candidates, explicit=explicit) if replace_older else []
         invalidated = [_invalidate(older, memory, reason, logged=logged) for older, reason in replaced]
     return InsertOutcome(memory, "inserted", invalidated, embedded.degradations)
-
-
-@dataclass(frozen=True)
-class _Embedded:
-    vector: Any  # np.ndarray, or None when there is no embedder
-    model: str  # the model's name, or why there is no vector
-    degradations: list[dict[str, str]]
-
-
-def _embedding(content: str) -> _Embedded:
-    """The content's vector; without one (no embedder, a failed call) the memory is stored without and the
-    outcome says so."""
-    vectors, model = embed([content])
-    if vectors is None:
-        return _Embedded(
-            None, model, [{"code": "embeddings_unavailable", "message": f"Stored without a vector: {model}"}]
-        )
-    return _Embedded(vectors[0], model, [])
 
 
 @dataclass(frozen=True)

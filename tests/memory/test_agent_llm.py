@@ -394,3 +394,36 @@ def test_the_tool_loop_is_bounded(conversation, llm_settings, llm_server):
     assert len(llm_server.requests) == agent_module.MAX_ROUNDS == run.rounds
     assert any("still calling tools after 4 rounds" in note for note in run.notes)
     assert MemoryAgentCursor.objects.get(conversation=conversation).last_seq == 2
+
+
+def test_the_plans_vectors_are_computed_before_the_cursor_is_locked(
+    conversation, llm_settings, llm_server, monkeypatch
+):
+    """An archival insert the model planned is embedded before _batch_apply takes the cursor's row lock (a
+    slow embedder must not hold it); the write under the lock only stores the vector."""
+    from django.db import connection
+
+    import memory.archival
+
+    append(
+        conversation,
+        {"role": "user", "content": "I switched to Zed last week."},
+        {"role": "assistant", "content": "Zed it is."},
+    )
+    llm_server.script(
+        tool_reply(
+            tool_call("archival_memory_insert", {"content": "The user's editor is Zed.", "kind": "fact"})
+        )
+    )
+    depth_outside = len(connection.atomic_blocks)
+    depths = []
+
+    def embed(texts):
+        depths.append(len(connection.atomic_blocks))
+        return None, "no embedder in this test"
+
+    monkeypatch.setattr(memory.archival, "embed", embed)
+    run = memory_agent_run(conversation=conversation)
+    assert (run.mode, run.errors) == ("llm", [])
+    assert ArchivalMemory.objects.get().content == "The user's editor is Zed."
+    assert depths == [depth_outside]
