@@ -43,6 +43,64 @@ class InspectorForm(forms.Form):
             field.widget.choices = [("", "---------"), *((str(c.pk), label) for c, label in labelled)]
 
 
+# --- The inspector's prompt as people read it (#18 item 7): text with its line breaks, images as thumbnails,
+# anything else as indented JSON with long strings (base64) shortened.
+LONG_STRING = 300
+
+
+def _shortened(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > LONG_STRING:
+        return f"{value[:80]}… ({len(value):,} characters)"
+    if isinstance(value, dict):
+        return {k: _shortened(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shortened(v) for v in value]
+    return value
+
+
+def _image_src(block: dict[str, Any]) -> str | None:
+    """A data: URL for an image block of any of the formats (OpenAI image_url, Anthropic image source)."""
+    if block.get("type") == "image_url":
+        url = (block.get("image_url") or {}).get("url", "")
+        return url if url.startswith("data:image/") else None
+    source = block.get("source") or {}
+    if block.get("type") == "image" and source.get("type") == "base64":
+        return f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}"
+    return None
+
+
+def readable_content(content: Any) -> list[dict[str, Any]]:
+    """A message's content (or the system prompt) as blocks: {"text"}, {"image"} or {"json"}."""
+    if content is None or content == "":
+        return []
+    if isinstance(content, str):
+        return [{"text": content}]
+    blocks = []
+    for block in content if isinstance(content, list) else [content]:
+        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            blocks.append({"text": block["text"]})
+        elif isinstance(block, dict) and (src := _image_src(block)):
+            blocks.append({"image": src})
+        else:
+            blocks.append({"json": json.dumps(_shortened(block), indent=2, ensure_ascii=False)})
+    return blocks
+
+
+def readable_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    readable = []
+    for message in messages:
+        rest = {k: v for k, v in message.items() if k not in ("role", "content")}
+        extra = json.dumps(_shortened(rest), indent=2, ensure_ascii=False) if rest else ""
+        readable.append(
+            {
+                "role": message.get("role", "?"),
+                "blocks": readable_content(message.get("content")),
+                "extra": extra,
+            }
+        )
+    return readable
+
+
 @admin.register(AgentProfile)
 class AgentProfileAdmin(TenantScopedAdmin):
     list_display = ["name", "tenant", "is_default", "version", "updated_at"]
@@ -122,8 +180,8 @@ class AgentProfileAdmin(TenantScopedAdmin):
             "form": form,
             "result": result,
             "error": error,
-            "messages_json": json.dumps(result["messages"], indent=2, ensure_ascii=False) if result else "",
-            "system_json": json.dumps(result["system"], indent=2, ensure_ascii=False) if result else "",
+            "system_blocks": readable_content(result["system"]) if result else [],
+            "readable_messages": readable_messages(result["messages"]) if result else [],
             "opts": self.model._meta,
         }
         return TemplateResponse(request, "admin/context/inspector.html", context)

@@ -191,7 +191,19 @@ class MessageAdminForm(forms.ModelForm):
         try:
             return parts_validate(self.cleaned_data["parts"])
         except ValidationError as exc:
-            raise forms.ValidationError(str(exc.detail)) from None
+            raise forms.ValidationError(error_sentences(exc.detail)) from None
+
+
+def error_sentences(detail: Any, path: tuple[str, ...] = ()) -> list[str]:
+    """DRF's nested error detail as sentences a person reads (#18 item 7): "Part 1: Unknown part type…"
+    instead of {'parts': {'0': [ErrorDetail(string=…)]}}."""
+    if isinstance(detail, dict):
+        return [s for key, value in detail.items() for s in error_sentences(value, (*path, str(key)))]
+    if isinstance(detail, list):
+        return [s for item in detail for s in error_sentences(item, path)]
+    where = [f"part {int(step) + 1}" if step.isdigit() else step for step in path if step != "parts"]
+    message = str(detail)
+    return [f"{' '.join(where).capitalize()}: {message}" if where else message]
 
 
 @admin.register(Message)

@@ -5,9 +5,13 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.shortcuts import redirect
+from django.urls import reverse
 from django.utils.html import format_html_join
+from django.utils.http import urlencode
 from django.utils.text import Truncator
 
 from memory.archival import archival_update
@@ -72,6 +76,16 @@ class CoreMemoryBlockAdmin(TenantScopedAdmin):
     @admin.display(description="chars")
     def chars(self, obj: CoreMemoryBlock) -> int:
         return len(obj.value)
+
+    def history_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> Any:
+        """One history for a block (#18 item 7): its operation log, which records every write (API, memory
+        agent, admin, revert). Django's own log saw none of them ("no change history")."""
+        block = self.get_object(request, unquote(object_id))
+        if block is None:
+            return super().history_view(request, object_id, extra_context)
+        url = reverse("admin:memory_memoryoperation_changelist")
+        query = urlencode({"end_user__id__exact": block.end_user_id, "target": f"core:{block.label}"})
+        return redirect(f"{url}?{query}")
 
     @admin.display(description="History")
     def history(self, obj: CoreMemoryBlock) -> str:
@@ -143,6 +157,10 @@ class ArchivalMemoryForm(forms.ModelForm):
                     code="version_mismatch",
                 )
         return data
+
+
+# "Archival memorys" (#18 item 7): the admin's label, without a migration of the memory app's model options.
+ArchivalMemory._meta.verbose_name_plural = "archival memories"
 
 
 @admin.register(ArchivalMemory)

@@ -14,9 +14,10 @@ from django.utils.text import Truncator
 
 from conversations.admin import ConversationAdmin
 from conversations.models import Conversation
+from summaries.locks import LockBusy
 from summaries.models import SummarySegment
 from summaries.selectors import compaction_status
-from summaries.services import compaction_request
+from summaries.services import CompactionStale, compaction_request, compaction_run
 from tenants.admin_scoping import AppendOnlyAdmin
 from tenants.models import LlmUsage
 
@@ -86,17 +87,45 @@ def compaction_state(obj: Conversation) -> str:
     )
 
 
+# "Compact now" runs in the request for a few conversations, so it can say what happened; a larger selection
+# is queued (the outcome then shows on each conversation's page, under Compaction).
+COMPACT_NOW_LIMIT = 5
+
+
+def compact_one(conversation: Conversation) -> tuple[int, str]:
+    """Compact `conversation` now: (message level, what happened) for the admin's message."""
+    name = f"{conversation} ({str(conversation.pk)[:8]})"
+    try:
+        outcome = compaction_run(conversation=conversation, trigger="manual", sync=True)
+    except (LockBusy, CompactionStale):
+        return messages.WARNING, f"{name}: not compacted, another compaction is running; try again shortly."
+    except Exception as exc:  # recorded by compaction_run (Compaction: failures, last error)
+        return messages.ERROR, f"{name}: compaction failed: {Truncator(str(exc)).chars(200)}"
+    if outcome is None:
+        return messages.INFO, f"{name}: not needed, the history since the last boundary is too short."
+    return messages.SUCCESS, (
+        f"{name}: compacted messages {outcome.start_seq}–{outcome.end_seq}, "
+        f"{outcome.tokens_before:,} → {outcome.tokens_after:,} tokens ({outcome.source})."
+    )
+
+
 @admin.action(description="Compact now", permissions=["change"])
 def compact_now(modeladmin: Any, request: HttpRequest, queryset: QuerySet) -> None:
+    allowed = list(modeladmin.scoped_for(request, queryset, modeladmin.change_roles).select_related("tenant"))
+    if len(allowed) <= COMPACT_NOW_LIMIT:
+        for conversation in allowed:
+            level, text = compact_one(conversation)
+            modeladmin.message_user(request, text, level)
+        return
     queued = 0
-    allowed = modeladmin.scoped_for(request, queryset, modeladmin.change_roles)
     with transaction.atomic():
-        for conversation in allowed.select_related("tenant"):
+        for conversation in allowed:
             queued += compaction_request(conversation=conversation, trigger="manual")
     modeladmin.message_user(
         request,
-        f"Compaction queued for {queued} conversation(s); already queued ones were left as they were.",
-        messages.SUCCESS,
+        f"{len(allowed)} conversations are more than {COMPACT_NOW_LIMIT} to compact at once: compaction "
+        f"queued for {queued} (already queued ones were left as they were). Each page shows its outcome.",
+        messages.INFO,
     )
 
 

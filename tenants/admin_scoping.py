@@ -2,12 +2,16 @@
 its role allows, and no choice, filter or action names another tenant's objects; superusers see everything.
 Every tenant-owned ModelAdmin derives from TenantScopedAdmin (AppendOnlyAdmin for audit and derived rows)."""
 
+import json
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.contrib.admin.utils import get_fields_from_path
 from django.core.exceptions import FieldDoesNotExist
+from django.db import models
 from django.db.models import Model, QuerySet
+from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest
 
 from tenants.models import Membership, Tenant
@@ -49,7 +53,22 @@ class ScopedRelatedFieldListFilter(admin.RelatedFieldListFilter):
         return field.get_choices(include_blank=False, ordering=ordering, limit_choices_to=limit)
 
 
+class PrettyJSONField(forms.JSONField):
+    """A JSON form field that shows its value indented (one key a line), not on one long line."""
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, InvalidJSONInput):
+            return value
+        return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, cls=self.encoder)
+
+
 class TenantScopedAdmin(admin.ModelAdmin):
+    formfield_overrides = {
+        models.JSONField: {
+            "form_class": PrettyJSONField,
+            "widget": forms.Textarea(attrs={"class": "mnemo-json", "rows": 12}),
+        }
+    }
     # Path from the model to its Tenant ("" for Tenant itself).
     tenant_lookup = "tenant"
     view_roles: tuple[str, ...] = ALL_ROLES

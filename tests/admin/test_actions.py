@@ -54,8 +54,8 @@ def test_compaction_actions_skip_conversations_of_a_tenant_the_user_only_support
 ):
     requested = []
     monkeypatch.setattr(
-        "summaries.admin.compaction_request",
-        lambda *, conversation, trigger: requested.append(conversation.pk) or 1,
+        "summaries.admin.compaction_run",
+        lambda *, conversation, trigger, sync: requested.append(conversation.pk),
     )
     client.force_login(operator_and_support.user)
     url = reverse("admin:conversations_conversation_changelist")
