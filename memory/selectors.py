@@ -1,10 +1,13 @@
 """Reads of memory, always inside one tenant (through the end user or conversation already fetched)."""
 
+import uuid
+from datetime import datetime
 from typing import Any
 
-from django.db.models import F, Q, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models.functions import Coalesce
 
-from conversations.models import Conversation
+from conversations.models import Conversation, Message
 from memory.models import STANDARD_LABELS, CoreMemoryBlock, CoreMemoryBlockVersion, MemoryOperation
 from tenants.models import EndUser
 
@@ -76,16 +79,20 @@ def archival_exists(*, end_user_id: int) -> bool:
     return ArchivalMemory.objects.filter(end_user_id=end_user_id, invalidated_at__isnull=True).exists()
 
 
-def memory_agent_due(*, since: Any, limit: int) -> list[Any]:
-    """End users' conversations updated since `since` that the memory agent has not read to their last
-    message (a run that was lost: the queue of a stopped server, a broker that was down), newest first, at
-    most `limit`."""
-    behind = Q(memory_agent_cursor__isnull=True, last_seq__gt=0) | Q(
-        memory_agent_cursor__last_seq__lt=F("last_seq")
+def memory_agent_due(*, since: datetime, limit: int) -> list[uuid.UUID]:
+    """End users' conversations updated since `since` with a completed exchange the memory agent has not
+    read (a run that was lost: the queue of a stopped server, a broker that was down), newest first, at most
+    `limit`. An exchange is complete with its assistant reply; compaction records do not count."""
+    unread = Message.objects.filter(
+        conversation=OuterRef("pk"),
+        kind=Message.Kind.MESSAGE,
+        role=Message.Role.ASSISTANT,
+        completed=True,
+        seq__gt=Coalesce(OuterRef("memory_agent_cursor__last_seq"), 0),
     )
     return list(
         Conversation.objects.filter(end_user__isnull=False, updated_at__gte=since)
-        .filter(behind)
+        .filter(Exists(unread))
         .order_by("-updated_at")
         .values_list("pk", flat=True)[:limit]
     )
