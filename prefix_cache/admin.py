@@ -4,6 +4,8 @@ from typing import Any
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Sum
+from django.db.models.functions import TruncDate
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path
@@ -73,6 +75,7 @@ class CacheUsageAdmin(ReadOnlyScopedAdmin):
             row["predicted_pct"] = round(predicted_share * 100, 1)
         context = {
             **self.admin_site.each_context(request),
+            **(dashboard_charts(tenant, days) if tenant else {}),
             "title": "Prefix cache dashboard",
             "tenants": tenants,
             "tenant": tenant,
@@ -81,3 +84,75 @@ class CacheUsageAdmin(ReadOnlyScopedAdmin):
             "opts": self.model._meta,
         }
         return TemplateResponse(request, "admin/prefix_cache/dashboard.html", context)
+
+
+# --- Charts (#18 item 8): server-side SVG, no script and no CDN. Lines and bars take the palette below, text
+# and axes take currentColor, so they read in the admin's light and dark themes alike.
+CHART_W, CHART_H, PAD = 640, 180, 36
+PALETTE = ("#3f8fd2", "#d99a1e", "#3aa55d", "#c5504b", "#8a6fd1")
+
+
+def _scale(values: list[float], top: float) -> list[float]:
+    return [CHART_H - PAD - (v / top) * (CHART_H - 2 * PAD) if top else CHART_H - PAD for v in values]
+
+
+def line_chart(labels: list[str], series: dict[str, list[float]]) -> dict[str, Any]:
+    """Polylines of `series` over `labels` (a point per label), with the y maximum for the axis."""
+    top = max((v for values in series.values() for v in values), default=0) or 1
+    step = (CHART_W - 2 * PAD) / max(len(labels) - 1, 1)
+    xs = [PAD + i * step for i in range(len(labels))]
+    lines = []
+    for (name, values), color in zip(series.items(), PALETTE, strict=False):
+        dots = list(zip(xs, _scale(values, top), strict=True))  # a day alone is a dot, not a line
+        points = " ".join(f"{x:.1f},{y:.1f}" for x, y in dots)
+        last = values[-1] if values else 0
+        lines.append({"name": name, "color": color, "points": points, "dots": dots, "last": last})
+    ticks = [{"x": x, "label": label} for x, label in zip(xs, labels, strict=True)][:: max(len(xs) // 6, 1)]
+    return {"w": CHART_W, "h": CHART_H, "pad": PAD, "top": top, "lines": lines, "ticks": ticks,
+            "base": CHART_H - PAD, "right": CHART_W - PAD}  # fmt: skip
+
+
+def bar_chart(bars: list[tuple[str, float]], unit: str = "") -> dict[str, Any]:
+    top = max((v for _, v in bars), default=0) or 1
+    width = min((CHART_W - 2 * PAD) / max(len(bars), 1), 80)
+    items = []
+    for i, (label, value) in enumerate(bars):
+        y = _scale([value], top)[0]
+        items.append({"x": PAD + i * width + 2, "y": y, "w": max(width - 4, 1), "h": CHART_H - PAD - y,
+                      "label": label, "value": value, "color": PALETTE[0]})  # fmt: skip
+    return {"w": CHART_W, "h": CHART_H, "pad": PAD, "top": top, "bars": items, "unit": unit,
+            "base": CHART_H - PAD, "right": CHART_W - PAD}  # fmt: skip
+
+
+def dashboard_charts(tenant: Tenant, days: list[dict[str, Any]]) -> dict[str, Any]:
+    """The tenant's days as charts: tokens sent, cached and predicted cacheable; compactions a day; image
+    storage by tier."""
+    from cold_storage.models import ArchivedImage
+    from conversations.models import Message
+
+    labels = [str(row["key"]) for row in days]
+    tokens = line_chart(
+        labels,
+        {
+            "prompt tokens": [row["prompt_tokens"] for row in days],
+            "cached (actual)": [row["cached_tokens"] for row in days],
+            "cacheable (predicted)": [row["predicted_cacheable_tokens"] for row in days],
+        },
+    )
+    boundaries = (
+        Message.objects.filter(conversation__tenant=tenant, kind=Message.Kind.COMPACT_BOUNDARY)
+        .annotate(day=TruncDate("created_at"))
+        .values("day")
+        .annotate(n=Count("id"))
+        .order_by("day")
+    )
+    storage = (
+        ArchivedImage.objects.filter(tenant=tenant).values("tier").annotate(size=Sum("size")).order_by("tier")
+    )
+    return {
+        "tokens_chart": tokens if days else None,
+        "compactions_chart": bar_chart([(str(r["day"]), r["n"]) for r in boundaries]) if boundaries else None,
+        "storage_chart": bar_chart([(r["tier"], r["size"] or 0) for r in storage], "bytes")
+        if storage
+        else None,
+    }

@@ -105,8 +105,8 @@ def login(request: pytest.FixtureRequest, browser: Any, live_server: Any, world:
     contexts: list[Any] = []
     pages = request.node.stash.setdefault(PAGES, [])
 
-    def open_as(role: str) -> AdminPage:
-        context = browser.new_context(viewport=VIEWPORT, base_url=live_server.url)
+    def open_as(role: str, **options: Any) -> AdminPage:
+        context = browser.new_context(viewport=VIEWPORT, base_url=live_server.url, **options)
         host = re.sub(r"^https?://|:\d+$", "", live_server.url)
         cookie = session_cookie(world.users[role])
         context.add_cookies([{"name": "sessionid", "value": cookie, "domain": host, "path": "/"}])

@@ -41,3 +41,22 @@ def test_a_conversation_page_reads_like_a_conversation(login, world):
     page.page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=image.element_handle())
     page.assert_clean()
     doc_screenshot(page, "conversation")
+
+
+def _luminance(css_color: str) -> float:
+    red, green, blue = (int(v) for v in css_color[css_color.index("(") + 1 : -1].split(",")[:3])
+    return (0.2126 * red + 0.7152 * green + 0.0722 * blue) / 255
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_cache_dashboard_charts_read_in_light_and_dark_mode(login, world, scheme):
+    page = login("operator", color_scheme=scheme)
+    page.open("/admin/prefix_cache/cacheusage/dashboard/")
+    assert "gpt-4o" in page.text("#content")
+    charts = page.page.locator("#dashboard-charts svg")
+    assert charts.count() == 3  # tokens, compactions, storage
+    label = charts.first.locator("text").first.evaluate("t => getComputedStyle(t).fill")
+    background = page.page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert abs(_luminance(label) - _luminance(background)) > 0.5, (label, background)
+    if scheme == "light":
+        doc_screenshot(page, "dashboard")
