@@ -190,15 +190,15 @@ def pdf_pages(count: int, rng: random.Random) -> bytes:
 
 
 def quality(tenant, chunks, sample: list[Target]) -> tuple[list[list[str]], dict[str, float], list[float]]:
-    """Rows of the quality table; the fused ranking is also computed with the vector ranking weighing
-    less (or nothing), from the same query vectors, to show what the local model adds on code."""
+    """Rows of the quality table; the fused ranking is also computed with the vector ranking of code chunks
+    weighing 0, 0.5 and 1 (from the same query vectors), to show what the local model adds on code."""
     from knowledge import search as knowledge_search_module
     from knowledge.search import knowledge_index, knowledge_search, search
     from providers.embeddings import embed_query
 
     baseline = PlainBM25([c.content for c in chunks])
     index = knowledge_index(tenant.pk)
-    default = knowledge_search_module.VECTOR_WEIGHT
+    default = knowledge_search_module.CODE_VECTOR_WEIGHT
     weights = sorted({default, 1.0, 0.5, 0.0}, reverse=True)
     rows, results, latencies = [], {}, []
     kinds = (("name", lambda t: split_name(t.qualified)), ("docstring", lambda t: t.first_sentence))
@@ -211,11 +211,11 @@ def quality(tenant, chunks, sample: list[Target]) -> tuple[list[list[str]], dict
             latencies.append((time.perf_counter() - started) * 1000)
             vector, _model = embed_query(query)
             for weight in weights:
-                knowledge_search_module.VECTOR_WEIGHT = weight
+                knowledge_search_module.CODE_VECTOR_WEIGHT = weight
                 hits = search(index, query=query, query_vector=vector, scope_keys={"tenant"}, limit=10)
                 label = f"mnemo, vectors ×{weight:g}" + (" (default)" if weight == default else "")
                 ranks.setdefault(label, []).append(first_rank([h.chunk for h in hits], target))
-            knowledge_search_module.VECTOR_WEIGHT = default
+            knowledge_search_module.CODE_VECTOR_WEIGHT = default
             top = [chunks[i] for i in baseline.top(query)]
             ranks.setdefault("plain BM25", []).append(first_rank(top, target))
         base_mrr = scores(ranks["plain BM25"])[0]

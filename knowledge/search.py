@@ -30,6 +30,11 @@ RRF_K = 60
 FUSION_DEPTH = 200
 LEXICAL_WEIGHT = 1.0
 VECTOR_WEIGHT = 1.0
+# The local model reads English, not code: on Django's source its ranking lowered MRR@10 at every weight
+# tried (bench/knowledge.py, name queries 0.844 → 0.832 → 0.819 at weights 0, 0.5, 1; docstring queries
+# 0.897 → 0.881 → 0.866), so code chunks are ranked by words and symbols. Their vectors are still stored:
+# a code-capable embedding model needs only this weight changed, not the repositories processed again.
+CODE_VECTOR_WEIGHT = 0.0
 SYMBOL_WEIGHT = 1.0
 # Below this trigram similarity a symbol is not a fuzzy match (pg_trgm's own default, 0.3, let weak matches
 # crowd out the lexical ranking on Django: MRR@10 0.83 at 0.4, 0.84 at 0.45 on name queries).
@@ -285,10 +290,13 @@ def search(
     similarity = index.similarity(query_vector)
     symbol = _symbol_scores(index, query)
     fused = np.zeros(len(index), dtype=np.float64)
-    for weight, scores in ((LEXICAL_WEIGHT, lexical), (VECTOR_WEIGHT, similarity), (SYMBOL_WEIGHT, symbol)):
+    code = np.frombuffer(index.kinds, dtype=np.int8) == KIND_CODES[Document.Kind.CODE]
+    vector_weight = np.where(code, CODE_VECTOR_WEIGHT, VECTOR_WEIGHT)
+    for weight, scores in ((LEXICAL_WEIGHT, lexical), (vector_weight, similarity), (SYMBOL_WEIGHT, symbol)):
         ranks = _ranks(scores, eligible, FUSION_DEPTH)
         ranked = ranks > 0
-        fused[ranked] += weight / (RRF_K + ranks[ranked])
+        weights = weight[ranked] if isinstance(weight, np.ndarray) else weight
+        fused[ranked] += weights / (RRF_K + ranks[ranked])
     best = np.flatnonzero(fused > 0)
     best = best[np.argsort(-fused[best], kind="stable")][: limit * 2]  # room for chunks deleted meanwhile
     chunk_ids = [index.chunk_ids[i] for i in best.tolist()]

@@ -46,8 +46,9 @@ def test_split_name_query_finds_the_function_with_its_lines(owner):
     assert (first["start_line"], first["end_line"]) == (19, 20)
     assert first["citation"] == "billing.py:19-20 (getUsername)"
     assert set(first) >= {"document", "path", "start_line", "end_line", "symbol", "page", "content", "score"}
+    upload(owner, ("api.ts", TS_SOURCE))
     [hit, *_] = search(owner, "HTTP server error", kinds=["code"])
-    assert hit["symbol"] == "HTTPServerError" or hit["path"] == "billing.py"
+    assert hit["symbol"] == "HTTPServerError" and hit["language"] == "typescript"
 
 
 def test_fuzzy_symbol_match_survives_a_typo(owner):
