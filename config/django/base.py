@@ -229,6 +229,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "memory.tasks.memory_agent_sweep",
         "schedule": env_int("MNEMO_MEMORY_AGENT_SWEEP_SECONDS", 600, minimum=10),
     },
+    # Documents left pending by a lost processing task.
+    "knowledge-pending-sweep": {
+        "task": "knowledge.tasks.documents_pending_sweep",
+        "schedule": env_int("MNEMO_DOCUMENTS_SWEEP_SECONDS", 600, minimum=10),
+    },
     "memory-state-fold": {
         "task": "memory.tasks.state_fold_periodic",
         "schedule": env_int("MNEMO_STATE_FOLD_SECONDS", 60, minimum=5),
