@@ -66,12 +66,15 @@ class EmbeddedBeat(threading.Thread):
         self.send = send
         self.due = dict.fromkeys(self.intervals, time.monotonic() + delay)
         self.stopped = threading.Event()
+        self.tasks_imported = False
 
     def tick(self, now: float) -> list[str]:
         """Queue the tasks due at `now`; returns their names."""
         from config.celery import app
 
-        app.loader.import_default_modules()  # the apps' tasks modules (autodiscovery is lazy); once
+        if not self.tasks_imported:  # the apps' tasks modules: autodiscovery is lazy
+            app.loader.import_default_modules()
+            self.tasks_imported = True
         sent = []
         for name, due in self.due.items():
             if now < due:
