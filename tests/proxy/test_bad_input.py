@@ -1,0 +1,71 @@
+"""Bad requests to the proxy: a 400 in the SDK's error shape with Mnemo's code, nothing stored, nothing
+sent upstream."""
+
+import json
+
+import httpx
+import pytest
+
+from conversations.models import Conversation, Message
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the server reads the keys on its own thread
+
+HI = [{"role": "user", "content": "hi"}]
+OPENAI_CASES = [
+    (b"{not json", "malformed_json", None),
+    (json.dumps([1, 2]).encode(), "invalid_request", None),
+    (json.dumps({"messages": HI}).encode(), "invalid_request", "model"),
+    (json.dumps({"model": "gpt-4o", "messages": []}).encode(), "invalid_request", "messages"),
+    (
+        json.dumps({"model": "gpt-4o", "messages": [{"role": "robot", "content": "hi"}]}).encode(),
+        "invalid_request",
+        None,
+    ),
+    (
+        json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": 5}]}).encode(),
+        "invalid_request",
+        None,
+    ),
+    (json.dumps({"model": "gpt-4o", "stream": "yes", "messages": HI}).encode(), "invalid_request", "stream"),
+]
+CLAUDE = "claude-3-5-sonnet"
+ANTHROPIC_CASES = [
+    (b"{not json", "malformed_json"),
+    (json.dumps({"model": CLAUDE, "messages": HI}).encode(), "invalid_request"),
+    (
+        json.dumps(
+            {"model": CLAUDE, "max_tokens": 9, "messages": [{"role": "system", "content": "x"}]}
+        ).encode(),
+        "invalid_request",
+    ),
+    (json.dumps({"model": CLAUDE, "max_tokens": 9, "system": 5, "messages": HI}).encode(), "invalid_request"),
+]
+
+
+def nothing_happened(owner, llm_server):
+    assert not Conversation.objects.filter(tenant=owner.tenant).exists()
+    assert not Message.objects.exists()
+    assert llm_server.requests == []
+
+
+@pytest.mark.parametrize("body, code, param", OPENAI_CASES)
+def test_a_bad_chat_completion_is_a_400_in_openais_shape(owner, mnemo_url, llm_server, body, code, param):
+    headers = {"Authorization": f"Bearer {owner.raw_key}", "Content-Type": "application/json"}
+    response = httpx.post(f"{mnemo_url}/v1/chat/completions", content=body, headers=headers)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("invalid_request_error", code)
+    if param:
+        assert error["param"] == param
+    nothing_happened(owner, llm_server)
+
+
+@pytest.mark.parametrize("body, code", ANTHROPIC_CASES)
+def test_a_bad_message_is_a_400_in_anthropics_shape(owner, mnemo_url, llm_server, body, code):
+    headers = {"x-api-key": owner.raw_key, "Content-Type": "application/json"}
+    response = httpx.post(f"{mnemo_url}/v1/messages", content=body, headers=headers)
+    assert response.status_code == 400
+    payload = response.json()
+    assert payload["type"] == "error"
+    assert (payload["error"]["type"], payload["error"]["code"]) == ("invalid_request_error", code)
+    nothing_happened(owner, llm_server)
