@@ -132,3 +132,85 @@ def test_outsider_cannot_use_anothers_conversation(outsider, conversation, mnemo
 def test_models_through_the_anthropic_client(owner, mnemo_url):
     names = [m.id for m in client(mnemo_url, owner.raw_key).models.list()]
     assert "claude-3-5-sonnet" in names or any(n.startswith("claude") for n in names)
+
+
+def test_disconnect_mid_stream_leaves_a_partial_message(owner, mnemo_url, llm_server):
+    """The client reads three text chunks and goes away while the upstream is still talking."""
+    llm_server.reply = "aaaa bbbb cccc dddd"
+    llm_server.pause_after = 6  # message_start, ping, content_block_start and three text deltas
+    llm_server.script("pause")
+    sdk = client(mnemo_url, owner.raw_key)
+    try:
+        stream = sdk.messages.create(
+            model="claude-3-5-sonnet",
+            max_tokens=256,
+            messages=[{"role": "user", "content": "go"}],
+            stream=True,
+            timeout=10,
+        )
+        conversation_id = stream.response.headers["x-mnemo-conversation"]
+        texts = []
+        for event in stream:
+            if event.type == "content_block_delta":
+                texts.append(event.delta.text)
+            if len(texts) == 3:
+                break
+        assert texts == ["aaaa ", "bbbb ", "cccc "]
+        sdk.close()  # the connection goes with the client
+        partial = wait_for(
+            lambda: Message.objects.filter(conversation_id=conversation_id, role="assistant").first()
+        )
+    finally:
+        llm_server.release.set()
+    assert partial is not None
+    assert (partial.content, partial.completed) == ("aaaa bbbb cccc ", False)
+    assert partial.metadata["interrupted"] == "client_disconnected"
+
+
+def test_upstream_past_the_deadline_is_the_sdks_timeout_error(owner, mnemo_url, llm_server, proxy_settings):
+    proxy_settings.MNEMO_PROXY_DEADLINE_SECONDS = 1
+    llm_server.slow_seconds = 3
+    llm_server.script("slow", "slow")
+    for stream in (False, True):
+        with pytest.raises(anthropic.InternalServerError) as raised:
+            ask(
+                client(mnemo_url, owner.raw_key),
+                [{"role": "user", "content": "hi"}],
+                stream=stream,
+                timeout=10,
+            )
+        assert raised.value.status_code == 504
+        assert raised.value.body["error"]["type"] == "timeout_error"
+        assert raised.value.body["error"]["code"] == "upstream_timeout"
+
+
+def test_a_stream_that_hangs_past_the_deadline_ends_with_an_error_event(
+    owner, mnemo_url, llm_server, proxy_settings
+):
+    """The upstream sends two text chunks, then nothing: the deadline ends the stream, the SDK raises the
+    error event, and the partial text is stored."""
+    proxy_settings.MNEMO_PROXY_DEADLINE_SECONDS = 1
+    llm_server.reply = "aaaa bbbb cccc dddd"
+    llm_server.pause_after = 5
+    llm_server.script("pause")
+    sdk = client(mnemo_url, owner.raw_key)
+    texts = []
+    try:
+        with sdk.messages.stream(
+            model="claude-3-5-sonnet",
+            max_tokens=256,
+            messages=[{"role": "user", "content": "go"}],
+            timeout=10,
+        ) as stream:
+            conversation_id = stream.response.headers["x-mnemo-conversation"]
+            with pytest.raises(anthropic.APIStatusError) as raised:
+                texts.extend(stream.text_stream)
+    finally:
+        llm_server.release.set()
+    assert texts == ["aaaa ", "bbbb "]
+    assert raised.value.body["error"]["type"] == "timeout_error"
+    partial = wait_for(
+        lambda: Message.objects.filter(conversation_id=conversation_id, role="assistant").first()
+    )
+    assert (partial.content, partial.completed) == ("aaaa bbbb ", False)
+    assert partial.metadata["interrupted"] == "timeout"
