@@ -266,18 +266,7 @@ def _rollups(
     replaced: list[SummarySegment] = []
     live = list(live)
     while sum(s.token_count for s in live) > cfg.summary_budget and len(live) >= 2:
-        group = live[:2]
-        raw_tokens = _range_tokens(conversation, group[0].start_seq, group[-1].end_seq)
-        if raw_tokens <= cfg.max_input_tokens:
-            built_from = SummarySegment.BuiltFrom.RAW
-            for candidate in live[2:]:
-                more = _range_tokens(conversation, group[0].start_seq, candidate.end_seq)
-                if more > cfg.max_input_tokens or sum(s.token_count for s in group) > cfg.summary_budget // 2:
-                    break
-                group.append(candidate)
-                raw_tokens = more
-        else:
-            built_from = SummarySegment.BuiltFrom.SEGMENTS
+        group, built_from, raw_tokens = _rollup_group(conversation, live, cfg)
         group_tokens = sum(s.token_count for s in group)
         target = max(64, min(group_tokens // 2, cfg.summary_budget // 2, cfg.segment_max_tokens * 2))
         start, end = group[0].start_seq, group[-1].end_seq
@@ -291,16 +280,7 @@ def _rollups(
                 sync=sync,
             )
         else:
-            sources = [SourceMessage(seq=s.start_seq, role="system", text=s.text) for s in group]
-            summary = summary_make(
-                conversation=conversation,
-                sources=sources,
-                fact_source="\n".join(s.text for s in group),
-                attachments=[],
-                target_tokens=target,
-                cfg=cfg,
-                sync=sync,
-            )
+            summary = _summarise_segments(conversation, group, target_tokens=target, cfg=cfg, sync=sync)
         rollup = _segment(
             conversation,
             start_seq=start,
@@ -318,6 +298,46 @@ def _rollups(
         replaced += group
         live = [rollup, *live[len(group) :]]
     return rollups, replaced
+
+
+def _rollup_group(
+    conversation: Conversation, live: list[SummarySegment], cfg: CompactionConfig
+) -> tuple[list[SummarySegment], str, int]:
+    """(the oldest live segments to roll up into one, what to build it from, their raw messages' tokens):
+    from raw messages, as many segments as the summariser's input and half of B4's budget allow (at least
+    two); from the two oldest segments' texts when even their raw messages are too many."""
+    group = live[:2]
+    raw_tokens = _range_tokens(conversation, group[0].start_seq, group[-1].end_seq)
+    if raw_tokens > cfg.max_input_tokens:
+        return group, SummarySegment.BuiltFrom.SEGMENTS, raw_tokens
+    for candidate in live[2:]:
+        more = _range_tokens(conversation, group[0].start_seq, candidate.end_seq)
+        if more > cfg.max_input_tokens or sum(s.token_count for s in group) > cfg.summary_budget // 2:
+            break
+        group.append(candidate)
+        raw_tokens = more
+    return group, SummarySegment.BuiltFrom.RAW, raw_tokens
+
+
+def _summarise_segments(
+    conversation: Conversation,
+    segments: list[SummarySegment],
+    *,
+    target_tokens: int,
+    cfg: CompactionConfig,
+    sync: bool,
+) -> SummaryText:
+    """One summary of the segments' texts (a roll-up whose raw messages are more than the summariser
+    reads)."""
+    return summary_make(
+        conversation=conversation,
+        sources=[SourceMessage(seq=s.start_seq, role="system", text=s.text) for s in segments],
+        fact_source="\n".join(s.text for s in segments),
+        attachments=[],
+        target_tokens=target_tokens,
+        cfg=cfg,
+        sync=sync,
+    )
 
 
 def _range_tokens(conversation: Conversation, start: int, end: int) -> int:
@@ -897,37 +917,7 @@ def segment_rebuild(*, segment: SummarySegment, sync: bool = False) -> SummarySe
         segment.refresh_from_db()
         if segment.superseded_by_id is not None:
             return None
-        raw = _raw_messages(conversation, segment.start_seq, segment.end_seq)
-        raw_tokens = sum(m.token_count for m in raw)
-        children = list(segment.replaces.order_by("start_seq", "level"))
-        if segment.level == 0:
-            target = target_tokens_for(raw_tokens, cfg)
-        else:
-            target = max(
-                64,
-                min(cfg.summary_budget // 2, cfg.segment_max_tokens * 2, int(raw_tokens * cfg.summary_ratio)),
-            )
-        if raw_tokens <= cfg.max_input_tokens or not children:
-            built_from = SummarySegment.BuiltFrom.RAW
-            rebuild_cfg = cfg if raw_tokens <= cfg.max_input_tokens else _offline(cfg)
-            summary = (
-                _summarise_raw(
-                    conversation, raw, target_tokens=target, cfg=rebuild_cfg, instructions="", sync=sync
-                )
-                if raw
-                else None
-            )
-        else:
-            built_from = SummarySegment.BuiltFrom.SEGMENTS
-            summary = summary_make(
-                conversation=conversation,
-                sources=[SourceMessage(seq=c.start_seq, role="system", text=c.text) for c in children],
-                fact_source="\n".join(c.text for c in children),
-                attachments=[],
-                target_tokens=target,
-                cfg=cfg,
-                sync=sync,
-            )
+        summary, built_from = _rebuild_summary(conversation, segment, cfg, sync=sync)
         new = _segment(
             conversation,
             start_seq=segment.start_seq,
@@ -952,6 +942,33 @@ def segment_rebuild(*, segment: SummarySegment, sync: bool = False) -> SummarySe
                 {"reason": "rebuild", "segment": segment_data(new), "supersedes": [str(segment.id)]},
             )
     return new
+
+
+def _rebuild_summary(
+    conversation: Conversation, segment: SummarySegment, cfg: CompactionConfig, *, sync: bool
+) -> tuple[SummaryText | None, str]:
+    """(the segment's new summary, what it was built from): from its raw messages (offline when they are
+    more than the summariser reads and there are no segments it replaced), else from those segments."""
+    raw = _raw_messages(conversation, segment.start_seq, segment.end_seq)
+    raw_tokens = sum(m.token_count for m in raw)
+    children = list(segment.replaces.order_by("start_seq", "level"))
+    if segment.level == 0:
+        target = target_tokens_for(raw_tokens, cfg)
+    else:
+        target = max(
+            64,
+            min(cfg.summary_budget // 2, cfg.segment_max_tokens * 2, int(raw_tokens * cfg.summary_ratio)),
+        )
+    if children and raw_tokens > cfg.max_input_tokens:
+        summary = _summarise_segments(conversation, children, target_tokens=target, cfg=cfg, sync=sync)
+        return summary, SummarySegment.BuiltFrom.SEGMENTS
+    rebuild_cfg = cfg if raw_tokens <= cfg.max_input_tokens else _offline(cfg)
+    if not raw:
+        return None, SummarySegment.BuiltFrom.RAW
+    summary = _summarise_raw(
+        conversation, raw, target_tokens=target, cfg=rebuild_cfg, instructions="", sync=sync
+    )
+    return summary, SummarySegment.BuiltFrom.RAW
 
 
 def _offline(cfg: CompactionConfig) -> CompactionConfig:

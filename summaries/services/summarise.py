@@ -216,53 +216,17 @@ def summary_make(
     transcript = transcript_text(sources)
     input_tokens = count_text(transcript, model=model)
     degradations: list[dict[str, str]] = []
-    result: SummaryText | None = None
-    tenant = conversation.tenant
-
-    if cfg.llm is None:
-        degradations.append(
-            {
-                "code": "offline_summariser",
-                "message": "No LLM is configured: the offline extractive summariser served.",
-            }
-        )
-    elif llm_budget_left(tenant=tenant, monthly_tokens=cfg.monthly_llm_tokens) <= 0:
-        llm_budget_fallback_record(tenant=tenant, purpose=purpose)
-        degradations.append(
-            {
-                "code": "llm_budget_spent",
-                "message": f"The tenant's monthly LLM budget ({cfg.monthly_llm_tokens} tokens) is spent: "
-                "the offline extractive summariser served.",
-            }
-        )
-    else:
-        llm = cfg.llm.with_limits(timeout=cfg.sync_timeout, max_retries=0) if sync else cfg.llm
-        try:
-            reply = chat(
-                llm,
-                summary_messages(
-                    transcript=transcript, target_tokens=target_tokens, instructions=instructions
-                ),
-                max_tokens=max(128, int(target_tokens * 1.3)),
-            )
-        except LLMError as exc:
-            degradations.append(
-                {
-                    "code": "llm_failed",
-                    "message": f"The LLM ({llm.describe()}) failed after {exc.attempts} attempt(s) "
-                    f"[{exc.code}]: {exc.message}. The offline extractive summariser served.",
-                }
-            )
-        else:
-            llm_usage_record(tenant=tenant, reply=reply, purpose=purpose)
-            result = SummaryText(
-                text=reply.text,
-                source="llm",
-                model=reply.model,
-                input_tokens=input_tokens,
-                llm_tokens=reply.total_tokens,
-            )
-
+    result = _llm_summary(
+        conversation=conversation,
+        transcript=transcript,
+        input_tokens=input_tokens,
+        target_tokens=target_tokens,
+        cfg=cfg,
+        instructions=instructions,
+        sync=sync,
+        purpose=purpose,
+        degradations=degradations,
+    )
     if result is None:
         text = summarise(
             sources,
@@ -274,7 +238,72 @@ def summary_make(
             text=text, source="extractive", model=EXTRACTIVE_VERSION, input_tokens=input_tokens
         )
     result.degradations = degradations
+    _fact_check_apply(result, fact_source=fact_source, target_tokens=target_tokens, model=model)
+    _attachments_apply(result, attachments)
+    return result
 
+
+def _llm_summary(
+    *,
+    conversation: Conversation,
+    transcript: str,
+    input_tokens: int,
+    target_tokens: int,
+    cfg: CompactionConfig,
+    instructions: str,
+    sync: bool,
+    purpose: str,
+    degradations: list[dict[str, str]],
+) -> SummaryText | None:
+    """The LLM's summary, or None (with the reason appended to `degradations`) when no LLM is configured,
+    the tenant's monthly budget is spent or the call failed."""
+    tenant = conversation.tenant
+    if cfg.llm is None:
+        degradations.append(
+            {
+                "code": "offline_summariser",
+                "message": "No LLM is configured: the offline extractive summariser served.",
+            }
+        )
+        return None
+    if llm_budget_left(tenant=tenant, monthly_tokens=cfg.monthly_llm_tokens) <= 0:
+        llm_budget_fallback_record(tenant=tenant, purpose=purpose)
+        degradations.append(
+            {
+                "code": "llm_budget_spent",
+                "message": f"The tenant's monthly LLM budget ({cfg.monthly_llm_tokens} tokens) is spent: "
+                "the offline extractive summariser served.",
+            }
+        )
+        return None
+    llm = cfg.llm.with_limits(timeout=cfg.sync_timeout, max_retries=0) if sync else cfg.llm
+    try:
+        reply = chat(
+            llm,
+            summary_messages(transcript=transcript, target_tokens=target_tokens, instructions=instructions),
+            max_tokens=max(128, int(target_tokens * 1.3)),
+        )
+    except LLMError as exc:
+        degradations.append(
+            {
+                "code": "llm_failed",
+                "message": f"The LLM ({llm.describe()}) failed after {exc.attempts} attempt(s) "
+                f"[{exc.code}]: {exc.message}. The offline extractive summariser served.",
+            }
+        )
+        return None
+    llm_usage_record(tenant=tenant, reply=reply, purpose=purpose)
+    return SummaryText(
+        text=reply.text,
+        source="llm",
+        model=reply.model,
+        input_tokens=input_tokens,
+        llm_tokens=reply.total_tokens,
+    )
+
+
+def _fact_check_apply(result: SummaryText, *, fact_source: str, target_tokens: int, model: str) -> None:
+    """Re-adds the facts of `fact_source` the summary lost, and records the counts on `result`."""
     text, counts = fact_check(
         summary=result.text, source_text=fact_source, budget_tokens=max(96, target_tokens), model=model
     )
@@ -283,8 +312,11 @@ def summary_make(
     result.facts_missing = counts["facts_missing"]
     result.facts_added = counts["facts_added"]
     result.facts_unrecovered = counts["facts_unrecovered"]
+
+
+def _attachments_apply(result: SummaryText, attachments: list[dict[str, Any]]) -> None:
+    """Names the attachments the summary text does not mention on a line of their own."""
     result.attachments = attachments
     absent = [a["name"] for a in attachments if normalise(a["name"]) not in normalise(result.text)]
     if absent:
         result.text += f"\n{ATTACHMENTS_HEADING} " + ", ".join(absent)
-    return result
