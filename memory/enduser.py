@@ -14,62 +14,13 @@ from tenants.models import EndUser
 
 
 def end_user_export(*, end_user: EndUser) -> dict[str, Any]:
+    """Everything Mnemo holds about the end user: core memory with each block's history, archival memories,
+    the memory operation log and every conversation with its task state and messages."""
     blocks = core_memory_blocks(end_user=end_user)
-    conversations = []
-    for conversation in Conversation.objects.filter(end_user=end_user).order_by("created_at"):
-        task_state = TaskState.objects.filter(conversation=conversation).first()
-        conversations.append(
-            {
-                "id": str(conversation.id),
-                "title": conversation.title,
-                "model": conversation.model,
-                "metadata": conversation.metadata,
-                "created_at": conversation.created_at,
-                "archived_at": conversation.archived_at,
-                "task_state": {
-                    "epoch": task_state.epoch if task_state else 0,
-                    "base_epoch": task_state.base_epoch if task_state else 0,
-                    "base": task_state.state if task_state else {},
-                    "events": [
-                        {
-                            "epoch": e.epoch,
-                            "event_type": e.event_type,
-                            "payload": e.payload,
-                            "request_id": e.request_id,
-                        }
-                        for e in StateEvent.objects.filter(conversation=conversation).order_by("id")
-                    ],
-                },
-                "messages": [
-                    {
-                        "id": str(m.id),
-                        "seq": m.seq,
-                        "role": m.role,
-                        "kind": m.kind,
-                        "content": m.content,
-                        "parts": m.parts,
-                        "created_at": m.created_at,
-                    }
-                    for m in Message.objects.filter(conversation=conversation).order_by("seq")
-                ],
-            }
-        )
     return {
         "external_id": end_user.external_id,
         "core_memory": [
-            {
-                **core_memory_block_data(block),
-                "history": [
-                    {
-                        "version": v.version,
-                        "value": v.value,
-                        "updated_by": v.updated_by,
-                        "created_at": v.created_at,
-                    }
-                    for v in block.versions.order_by("version")
-                ],
-            }
-            for block in sorted(blocks, key=lambda b: label_order(b.label))
+            _core_block_export(block) for block in sorted(blocks, key=lambda b: label_order(b.label))
         ],
         "archival_memories": [
             memory_data(m) for m in ArchivalMemory.objects.filter(end_user=end_user).order_by("created_at")
@@ -78,7 +29,67 @@ def end_user_export(*, end_user: EndUser) -> dict[str, Any]:
             memory_operation_data(op)
             for op in MemoryOperation.objects.filter(end_user=end_user).order_by("created_at", "id")
         ],
-        "conversations": conversations,
+        "conversations": [
+            _conversation_export(conversation)
+            for conversation in Conversation.objects.filter(end_user=end_user).order_by("created_at")
+        ],
+    }
+
+
+def _core_block_export(block: CoreMemoryBlock) -> dict[str, Any]:
+    return {
+        **core_memory_block_data(block),
+        "history": [
+            {
+                "version": v.version,
+                "value": v.value,
+                "updated_by": v.updated_by,
+                "created_at": v.created_at,
+            }
+            for v in block.versions.order_by("version")
+        ],
+    }
+
+
+def _conversation_export(conversation: Conversation) -> dict[str, Any]:
+    return {
+        "id": str(conversation.id),
+        "title": conversation.title,
+        "model": conversation.model,
+        "metadata": conversation.metadata,
+        "created_at": conversation.created_at,
+        "archived_at": conversation.archived_at,
+        "task_state": _task_state_export(conversation),
+        "messages": [
+            {
+                "id": str(m.id),
+                "seq": m.seq,
+                "role": m.role,
+                "kind": m.kind,
+                "content": m.content,
+                "parts": m.parts,
+                "created_at": m.created_at,
+            }
+            for m in Message.objects.filter(conversation=conversation).order_by("seq")
+        ],
+    }
+
+
+def _task_state_export(conversation: Conversation) -> dict[str, Any]:
+    task_state = TaskState.objects.filter(conversation=conversation).first()
+    return {
+        "epoch": task_state.epoch if task_state else 0,
+        "base_epoch": task_state.base_epoch if task_state else 0,
+        "base": task_state.state if task_state else {},
+        "events": [
+            {
+                "epoch": e.epoch,
+                "event_type": e.event_type,
+                "payload": e.payload,
+                "request_id": e.request_id,
+            }
+            for e in StateEvent.objects.filter(conversation=conversation).order_by("id")
+        ],
     }
 
 

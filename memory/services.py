@@ -1,7 +1,7 @@
 """Writes to memory. Core-memory edits are optimistic: the caller names the version it read, a stale version
 is refused (412) rather than overwritten, and every change is logged as a MemoryOperation."""
 
-from typing import Any
+from typing import Any, TypedDict
 
 from django.db import transaction
 from django.utils import timezone
@@ -90,6 +90,15 @@ def _record_version(block: CoreMemoryBlock) -> None:
     )
 
 
+class _LogFields(TypedDict):
+    """Who and what caused a core-memory write, as its MemoryOperation records it."""
+
+    trigger: str
+    actor: str
+    actor_name: str
+    conversation: Conversation | None
+
+
 @transaction.atomic
 def core_memory_write(
     *,
@@ -110,7 +119,7 @@ def core_memory_write(
     """Create or change one block. Returns (block, created). `value` replaces, `append` adds a line. An
     existing block is changed only at `expected_version` (412 otherwise; 428 when required and missing)."""
     block = CoreMemoryBlock.objects.select_for_update().filter(end_user=end_user, label=label).first()
-    now = timezone.now()
+    log = _LogFields(trigger=trigger, actor=actor, actor_name=actor_name, conversation=conversation)
     if block is None:
         if not create:
             raise ApplicationError(f"No core memory block {label!r}.", code="not_found", status_code=404)
@@ -122,60 +131,70 @@ def core_memory_write(
                 extra={"version": None},
             )
         new_value = value if value is not None else (append or "")
-        limit = char_limit or DEFAULT_CHAR_LIMIT
-        _check_limit(new_value, limit)
-        block = CoreMemoryBlock.objects.create(
-            tenant_id=end_user.tenant_id,
-            end_user=end_user,
-            label=label,
-            value=new_value,
-            char_limit=limit,
-            version=1,
-            updated_by=actor_name or actor,
-            updated_at=now,
-        )
-        _record_version(block)
-        operation_log(
-            end_user=end_user,
-            op=MemoryOperation.Op.CORE_CREATE,
-            target=f"core:{label}",
-            new_value=new_value,
-            trigger=trigger,
-            actor=actor,
-            actor_name=actor_name,
-            conversation=conversation,
-        )
-        return block, True
+        return _core_block_create(
+            end_user=end_user, label=label, value=new_value, char_limit=char_limit, log=log
+        ), True
 
     _check_version(block, expected_version, required=require_version)
-    old_value = block.value
     new_value = block.value if value is None else value
     if append:
         new_value = f"{new_value}\n{append}" if new_value else append
-    limit = char_limit or block.char_limit
-    _check_limit(new_value, limit)
-    if new_value == old_value and limit == block.char_limit:
-        return block, False  # nothing changes: no new version, the cache stays warm
-    block.value = new_value
-    block.char_limit = limit
+    if op is None:
+        op = MemoryOperation.Op.CORE_APPEND if append and value is None else MemoryOperation.Op.CORE_UPDATE
+    _core_block_change(
+        block, end_user=end_user, value=new_value, char_limit=char_limit or block.char_limit, op=op, log=log
+    )
+    return block, False
+
+
+def _core_block_create(
+    *, end_user: EndUser, label: str, value: str, char_limit: int | None, log: _LogFields
+) -> CoreMemoryBlock:
+    """A new block at version 1, its version row and its logged operation; `log` holds the operation's
+    trigger, actor, actor_name and conversation."""
+    limit = char_limit or DEFAULT_CHAR_LIMIT
+    _check_limit(value, limit)
+    block = CoreMemoryBlock.objects.create(
+        tenant_id=end_user.tenant_id,
+        end_user=end_user,
+        label=label,
+        value=value,
+        char_limit=limit,
+        version=1,
+        updated_by=log["actor_name"] or log["actor"],
+        updated_at=timezone.now(),
+    )
+    _record_version(block)
+    operation_log(
+        end_user=end_user, op=MemoryOperation.Op.CORE_CREATE, target=f"core:{label}", new_value=value, **log
+    )
+    return block
+
+
+def _core_block_change(
+    block: CoreMemoryBlock, *, end_user: EndUser, value: str, char_limit: int, op: str, log: _LogFields
+) -> None:
+    """The block (locked by the caller) at its next version, its version row and its logged operation;
+    nothing at all when neither the value nor the limit changes (no new version, the cache stays warm)."""
+    _check_limit(value, char_limit)
+    if value == block.value and char_limit == block.char_limit:
+        return
+    old_value = block.value
+    block.value = value
+    block.char_limit = char_limit
     block.version += 1
-    block.updated_by = actor_name or actor
-    block.updated_at = now
+    block.updated_by = log["actor_name"] or log["actor"]
+    block.updated_at = timezone.now()
     block.save(update_fields=["value", "char_limit", "version", "updated_by", "updated_at"])
     _record_version(block)
     operation_log(
         end_user=end_user,
-        op=op
-        or (MemoryOperation.Op.CORE_APPEND if append and value is None else MemoryOperation.Op.CORE_UPDATE),
-        target=f"core:{label}",
+        op=op,
+        target=f"core:{block.label}",
         old_value=old_value,
-        new_value=new_value,
-        trigger=trigger,
-        actor=actor,
-        actor_name=actor_name,
-        conversation=conversation,
+        new_value=value,
+        **log,
     )
-    return block, False
 
 
 @transaction.atomic
