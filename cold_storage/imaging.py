@@ -114,6 +114,29 @@ def decode(
     recognises it, an allowed format, the declared media type, one frame, the pixel limit (read from the
     header, before any pixel is decoded: a decompression bomb is refused without being expanded), then a
     full decode (a truncated file fails here)."""
+    _check_bytes(data, max_bytes=max_bytes)
+    with _open(data) as image:
+        fmt, media_type = _check_format(
+            image, allowed_formats=allowed_formats, declared_media_type=declared_media_type
+        )
+        width, height = _check_pixels(image, max_pixels=max_pixels)
+        _load(image)
+        phash, dhash, ahash, grid = hash_frame(image)
+    return DecodedImage(
+        data=data,
+        format=fmt,
+        media_type=media_type,
+        width=width,
+        height=height,
+        sha256=hashlib.sha256(data).hexdigest(),
+        phash=phash,
+        dhash=dhash,
+        ahash=ahash,
+        grid=grid,
+    )
+
+
+def _check_bytes(data: bytes, *, max_bytes: int) -> None:
     if not data:
         raise ImageRejected("The image is empty.", code="invalid_image", extra={"reason": "empty"})
     if len(data) > max_bytes:
@@ -122,10 +145,15 @@ def decode(
             code="image_too_large",
             extra={"size_bytes": len(data), "limit_bytes": max_bytes},
         )
+
+
+def _open(data: bytes) -> Image.Image:
+    """The image with its header read and no pixel decoded."""
     # Pillow's own bomb guard (a warning past 89 Mpx, an error past twice that) stays as it is: warnings
-    # filters are process-global and this runs on many threads; the explicit check below is the limit.
+    # filters are process-global and this runs on many threads; the explicit check in _check_pixels is the
+    # limit.
     try:
-        image = Image.open(io.BytesIO(data))
+        return Image.open(io.BytesIO(data))
     except Image.DecompressionBombError:
         raise ImageRejected(
             "The image has more pixels than allowed.", code="image_too_large", extra={"reason": "pixels"}
@@ -140,52 +168,54 @@ def decode(
         raise ImageRejected(
             "The image header is damaged.", code="invalid_image", extra={"reason": "damaged"}
         ) from None
-    with image:
-        fmt = (image.format or "").upper()
-        if fmt not in allowed_formats:
-            raise ImageRejected(
-                f"{fmt or 'This'} images are not accepted; send one of {', '.join(allowed_formats)}.",
-                code="image_format_not_allowed",
-                extra={"format": fmt, "allowed": list(allowed_formats)},
-            )
-        media_type = MEDIA_TYPES.get(fmt, "application/octet-stream")
-        declared = (declared_media_type or "").lower().replace("image/jpg", "image/jpeg")
-        if declared and declared != media_type:
-            raise ImageRejected(
-                f"media_type says {declared_media_type} but the data is {media_type}.",
-                code="invalid_image",
-                extra={"reason": "media_type_mismatch", "detected": media_type},
-            )
-        if getattr(image, "n_frames", 1) > 1:
-            raise ImageRejected(
-                "Animated images are not accepted.", code="invalid_image", extra={"reason": "animated"}
-            )
-        width, height = image.size
-        if width <= 0 or height <= 0 or width * height > max_pixels:
-            raise ImageRejected(
-                f"The image is {width}×{height} = {width * height} pixels; the limit is {max_pixels}.",
-                code="image_too_large",
-                extra={"width": width, "height": height, "limit_pixels": max_pixels},
-            )
-        try:
-            image.load()
-        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
-            raise ImageRejected(
-                "The image is truncated or corrupt.", code="invalid_image", extra={"reason": "truncated"}
-            ) from None
-        phash, dhash, ahash, grid = hash_frame(image)
-    return DecodedImage(
-        data=data,
-        format=fmt,
-        media_type=media_type,
-        width=width,
-        height=height,
-        sha256=hashlib.sha256(data).hexdigest(),
-        phash=phash,
-        dhash=dhash,
-        ahash=ahash,
-        grid=grid,
-    )
+
+
+def _check_format(
+    image: Image.Image, *, allowed_formats: tuple[str, ...], declared_media_type: str | None
+) -> tuple[str, str]:
+    """(format, media type) of an allowed format that matches the declared media type, if any."""
+    fmt = (image.format or "").upper()
+    if fmt not in allowed_formats:
+        raise ImageRejected(
+            f"{fmt or 'This'} images are not accepted; send one of {', '.join(allowed_formats)}.",
+            code="image_format_not_allowed",
+            extra={"format": fmt, "allowed": list(allowed_formats)},
+        )
+    media_type = MEDIA_TYPES.get(fmt, "application/octet-stream")
+    declared = (declared_media_type or "").lower().replace("image/jpg", "image/jpeg")
+    if declared and declared != media_type:
+        raise ImageRejected(
+            f"media_type says {declared_media_type} but the data is {media_type}.",
+            code="invalid_image",
+            extra={"reason": "media_type_mismatch", "detected": media_type},
+        )
+    return fmt, media_type
+
+
+def _check_pixels(image: Image.Image, *, max_pixels: int) -> tuple[int, int]:
+    """(width, height) of a still image within the pixel limit, read from the header."""
+    if getattr(image, "n_frames", 1) > 1:
+        raise ImageRejected(
+            "Animated images are not accepted.", code="invalid_image", extra={"reason": "animated"}
+        )
+    width, height = image.size
+    if width <= 0 or height <= 0 or width * height > max_pixels:
+        raise ImageRejected(
+            f"The image is {width}×{height} = {width * height} pixels; the limit is {max_pixels}.",
+            code="image_too_large",
+            extra={"width": width, "height": height, "limit_pixels": max_pixels},
+        )
+    return width, height
+
+
+def _load(image: Image.Image) -> None:
+    """Decodes every pixel: a truncated or corrupt file fails here."""
+    try:
+        image.load()
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+        raise ImageRejected(
+            "The image is truncated or corrupt.", code="invalid_image", extra={"reason": "truncated"}
+        ) from None
 
 
 def thumbnail_png(data: bytes, *, size: int = 160) -> bytes:

@@ -161,23 +161,10 @@ def _prepare(
             extra={"index": index},
         )
     # Image bytes are stored apart from the message, so they do not count against its size.
-    size = message_size(
-        content, visual.parts_without_payload(parts) if images.pending else parts, item.get("metadata")
+    _check_size(
+        content, visual.parts_without_payload(parts) if images.pending else parts, item.get("metadata"), index
     )
-    if size > settings.MNEMO_MAX_MESSAGE_BYTES:
-        raise ApplicationError(
-            f"Message {index} is {size} bytes; the limit is {settings.MNEMO_MAX_MESSAGE_BYTES}.",
-            code="message_too_large",
-            extra={"index": index, "size_bytes": size, "limit_bytes": settings.MNEMO_MAX_MESSAGE_BYTES},
-        )
-    created_at = item.get("created_at")
-    if created_at is not None:
-        try:
-            created_at = message_time_check(created_at)
-        except ValueError as exc:
-            raise ApplicationError(
-                f"Message {index}: created_at {exc}", code="created_at_out_of_range", extra={"index": index}
-            ) from None
+    created_at = _created_at(item.get("created_at"), index)
     role = item["role"]
     usage = item.get("usage")
     if usage is not None and role != Message.Role.ASSISTANT:
@@ -206,6 +193,30 @@ def _prepare(
         ),
         "images": images,
     }
+
+
+def _check_size(
+    content: str, parts: list[dict[str, Any]], metadata: dict[str, Any] | None, index: int
+) -> None:
+    size = message_size(content, parts, metadata)
+    if size > settings.MNEMO_MAX_MESSAGE_BYTES:
+        raise ApplicationError(
+            f"Message {index} is {size} bytes; the limit is {settings.MNEMO_MAX_MESSAGE_BYTES}.",
+            code="message_too_large",
+            extra={"index": index, "size_bytes": size, "limit_bytes": settings.MNEMO_MAX_MESSAGE_BYTES},
+        )
+
+
+def _created_at(created_at: datetime | None, index: int) -> datetime | None:
+    """The client's created_at, checked against the allowed range, or None."""
+    if created_at is None:
+        return None
+    try:
+        return message_time_check(created_at)
+    except ValueError as exc:
+        raise ApplicationError(
+            f"Message {index}: created_at {exc}", code="created_at_out_of_range", extra={"index": index}
+        ) from None
 
 
 def _same_message(existing: Message, prepared: dict[str, Any]) -> bool:

@@ -264,29 +264,58 @@ class CompactionResult:
         }
 
 
+_Frame = tuple[Any, dict[str, Any], bool]  # (message, image part, is_error)
+
+
 def turn_compact(*, turn: Any, model: str, now: Any) -> CompactionResult | None:
     """Apply the visual compaction policy to an ended turn (see the module docstring). Call with the
     conversation row locked; returns None when there is nothing to do (no images, or done already), so
     ending a turn twice, or from two requests at once, compacts it once."""
-    from conversations.models import Message, Turn
+    from conversations.models import Turn
 
     if turn.status != Turn.Status.ENDED:
         return None
-    messages = list(
+    frames = _turn_frames(turn)
+    if not frames:
+        return None
+    result = CompactionResult()
+    roles, keep = _frame_roles(frames)
+    compacted, touched = _frames_compact(
+        frames, keep=keep, low_detail=history_image_detail(turn) == "low", result=result
+    )
+    _messages_recount(touched, model=model, result=result)
+
+    own = set(ArchivedImage.objects.filter(pk__in=set(roles), turn_id=turn.pk).values_list("pk", flat=True))
+    images.images_mark(roles={k: v for k, v in roles.items() if k in own}, compacted=compacted & own, now=now)
+    Turn.objects.filter(pk=turn.pk).update(status=Turn.Status.COMPACTED)
+    turn.status = Turn.Status.COMPACTED
+    to_move = sorted(compacted & own)
+    if to_move:
+        transaction.on_commit(lambda: _queue_move(to_move))
+    return result
+
+
+def _turn_frames(turn: Any) -> list[_Frame]:
+    """Every stored image part of the turn's messages, in order."""
+    from conversations.models import Message
+
+    messages = (
         Message.objects.filter(turn=turn)
         .order_by("seq")
         .only("id", "seq", "role", "content", "parts", "token_count", "is_error")
     )
-    frames: list[tuple[Any, dict[str, Any], bool]] = []  # (message, part, is_error)
+    frames: list[_Frame] = []
     for message in messages:
         for part, in_error_result in _walk(message.parts):
             if "image_id" in part:
                 error = message.is_error or in_error_result or part.get("role") == ERROR_ROLE
                 frames.append((message, part, error))
-    if not frames:
-        return None
+    return frames
 
-    result = CompactionResult()
+
+def _frame_roles(frames: list[_Frame]) -> tuple[dict[str, str], set[str]]:
+    """(role of each image, the images kept): the first is the anchor, the last the result, errors are
+    errors and kept with the anchor and result (and what they duplicate); the rest are process frames."""
     first, last = frames[0][1]["image_id"], frames[-1][1]["image_id"]
     roles: dict[str, str] = {}
     keep: set[str] = set()
@@ -304,10 +333,16 @@ def turn_compact(*, turn: Any, model: str, now: Any) -> CompactionResult | None:
             keep.add(image_id)
             if part.get("duplicate_of"):
                 keep.add(part["duplicate_of"])
+    return roles, keep
 
+
+def _frames_compact(
+    frames: list[_Frame], *, keep: set[str], low_detail: bool, result: CompactionResult
+) -> tuple[set[str], dict[Any, Any]]:
+    """Marks the parts of the frames not kept compacted (and kept ones low detail when that is the
+    policy), recording each in `result`. Returns (the images compacted, the messages changed by pk)."""
     compacted: set[str] = set()
     touched: dict[Any, Any] = {}
-    low_detail = history_image_detail(turn) == "low"
     for message, part, _ in frames:
         image_id = part["image_id"]
         if image_id in keep or part.get("compacted"):
@@ -330,21 +365,18 @@ def turn_compact(*, turn: Any, model: str, now: Any) -> CompactionResult | None:
             result.compacted.append(image_id)
             touched[message.pk] = message
         compacted.add(image_id)
+    return compacted, touched
+
+
+def _messages_recount(touched: dict[Any, Any], *, model: str, result: CompactionResult) -> None:
+    """Stores the changed messages' parts with their new token counts, adding both counts to `result`."""
+    from conversations.models import Message
 
     for message in touched.values():
         result.tokens_before += message.token_count
         message.token_count = _recount(message, model=model)
         result.tokens_after += message.token_count
         Message.objects.filter(pk=message.pk).update(parts=message.parts, token_count=message.token_count)
-
-    own = set(ArchivedImage.objects.filter(pk__in=set(roles), turn_id=turn.pk).values_list("pk", flat=True))
-    images.images_mark(roles={k: v for k, v in roles.items() if k in own}, compacted=compacted & own, now=now)
-    Turn.objects.filter(pk=turn.pk).update(status=Turn.Status.COMPACTED)
-    turn.status = Turn.Status.COMPACTED
-    to_move = sorted(compacted & own)
-    if to_move:
-        transaction.on_commit(lambda: _queue_move(to_move))
-    return result
 
 
 def history_image_detail(turn: Any) -> str:

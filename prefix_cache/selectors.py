@@ -1,6 +1,7 @@
 """Reads: cache statistics per model, day or conversation."""
 
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -39,6 +40,13 @@ def cache_stats(
         )
         .order_by("group_key", "model")
     )
+    groups = _groups_sum(rows)
+    return sorted((_group_stats(key, g) for key, g in groups.items()), key=lambda r: r["key"])
+
+
+def _groups_sum(rows: Iterable[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+    """The (group, model) rows summed per group, with the savings of the priced models and the names of
+    the others."""
     groups: dict[Any, dict[str, Any]] = defaultdict(
         lambda: {
             "requests": 0,
@@ -66,22 +74,21 @@ def cache_stats(
             g["unpriced_models"].add(row["model"])
         else:
             g["savings_usd"] += saved
-    result = []
-    for key, g in groups.items():
-        prompt = g["prompt_tokens"]
-        result.append(
-            {
-                "key": str(key),
-                "requests": g["requests"],
-                "prompt_tokens": prompt,
-                "cached_tokens": g["cached_tokens"],
-                "cache_write_tokens": g["cache_write_tokens"],
-                "hit_rate": round(g["cached_tokens"] / prompt, 4) if prompt else 0.0,
-                "predicted_cacheable_tokens": g["predicted_cacheable_tokens"],
-                "prediction_mean_abs_error_tokens": round(g["abs_error"] / g["requests"], 1),
-                "prediction_error_rate": round(g["abs_error"] / prompt, 4) if prompt else 0.0,
-                "savings_usd": round(g["savings_usd"], 6),
-                "unpriced_models": sorted(g["unpriced_models"]),
-            }
-        )
-    return sorted(result, key=lambda r: r["key"])
+    return groups
+
+
+def _group_stats(key: Any, g: dict[str, Any]) -> dict[str, Any]:
+    prompt = g["prompt_tokens"]
+    return {
+        "key": str(key),
+        "requests": g["requests"],
+        "prompt_tokens": prompt,
+        "cached_tokens": g["cached_tokens"],
+        "cache_write_tokens": g["cache_write_tokens"],
+        "hit_rate": round(g["cached_tokens"] / prompt, 4) if prompt else 0.0,
+        "predicted_cacheable_tokens": g["predicted_cacheable_tokens"],
+        "prediction_mean_abs_error_tokens": round(g["abs_error"] / g["requests"], 1),
+        "prediction_error_rate": round(g["abs_error"] / prompt, 4) if prompt else 0.0,
+        "savings_usd": round(g["savings_usd"], 6),
+        "unpriced_models": sorted(g["unpriced_models"]),
+    }

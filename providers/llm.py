@@ -316,18 +316,7 @@ def _complete(
     429 and 5xx; a 4xx or a malformed reply fails at once."""
     if config is None:
         raise LLMNotConfigured("no LLM endpoint is configured")
-    egress = None
-    if config.tenant_endpoint:
-        egress = EgressPolicy.from_settings()
-        reason = egress.url_refusal(config.base_url or "")
-        if reason is not None:
-            logger.warning("LLM call to %s refused: %s", config.log_label(), reason)
-            raise LLMEndpointRefused()
-    try:
-        client = _client(config.base_url, config.api_key, config.timeout, egress)
-    except EgressRefused as exc:
-        logger.warning("LLM call to %s refused: %s", config.log_label(), exc.reason)
-        raise LLMEndpointRefused() from None
+    client = _egress_client(config)
     headers = _request_headers(config)
     started = time.perf_counter()
     attempts = 1 + max(0, config.max_retries)
@@ -338,42 +327,75 @@ def _complete(
             )
             if isinstance(completion, str):  # a non-JSON content type comes back as the raw text
                 raise LLMBadResponse("the reply is not JSON", attempts=attempt)
-            text, tool_calls = parse(completion, attempt)
-            counted = text + "".join(call.name + call.arguments for call in tool_calls)
-            prompt_tokens, completion_tokens, reported = _usage(completion, messages, counted, config.model)
-            return LLMReply(
-                text=text,
-                model=str(getattr(completion, "model", None) or config.model),
-                prompt_tokens=prompt_tokens,
-                completion_tokens=completion_tokens,
-                usage_reported=reported,
-                attempts=attempt,
-                elapsed_ms=round((time.perf_counter() - started) * 1000, 1),
-                tool_calls=tool_calls,
-            )
+            return _reply(completion, config, messages, parse=parse, attempt=attempt, started=started)
         except LLMError:
             raise
         except Exception as exc:
-            refusal = _refusal(exc)
-            if refusal is not None:
-                logger.warning("LLM call to %s refused: %s", config.log_label(), refusal.reason)
-                raise LLMEndpointRefused(attempts=attempt) from None
-            error = _classify(exc, attempt)
-            if not error.retryable or attempt == attempts:
-                logger.warning(
-                    "LLM call to %s failed after %d attempt(s): %s", config.log_label(), attempt, error
-                )
-                raise error from exc
-            delay = config.backoff * (2 ** (attempt - 1)) * random.uniform(0.8, 1.2)  # noqa: S311
-            logger.info(
-                "LLM call to %s failed (%s); retry %d in %.2fs",
-                config.log_label(),
-                error.code,
-                attempt,
-                delay,
-            )
-            sleep(delay)
+            sleep(_retry_delay(exc, config, attempt=attempt, attempts=attempts))
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _egress_client(config: LLMConfig) -> Any:
+    """The OpenAI client for `config`; a tenant's own endpoint goes through the egress policy, and one it
+    refuses raises LLMEndpointRefused."""
+    egress = None
+    if config.tenant_endpoint:
+        egress = EgressPolicy.from_settings()
+        reason = egress.url_refusal(config.base_url or "")
+        if reason is not None:
+            logger.warning("LLM call to %s refused: %s", config.log_label(), reason)
+            raise LLMEndpointRefused()
+    try:
+        return _client(config.base_url, config.api_key, config.timeout, egress)
+    except EgressRefused as exc:
+        logger.warning("LLM call to %s refused: %s", config.log_label(), exc.reason)
+        raise LLMEndpointRefused() from None
+
+
+def _reply(
+    completion: Any,
+    config: LLMConfig,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    parse: Callable[[Any, int], tuple[str, tuple[ToolCall, ...]]],
+    attempt: int,
+    started: float,
+) -> LLMReply:
+    text, tool_calls = parse(completion, attempt)
+    counted = text + "".join(call.name + call.arguments for call in tool_calls)
+    prompt_tokens, completion_tokens, reported = _usage(completion, messages, counted, config.model)
+    return LLMReply(
+        text=text,
+        model=str(getattr(completion, "model", None) or config.model),
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        usage_reported=reported,
+        attempts=attempt,
+        elapsed_ms=round((time.perf_counter() - started) * 1000, 1),
+        tool_calls=tool_calls,
+    )
+
+
+def _retry_delay(exc: Exception, config: LLMConfig, *, attempt: int, attempts: int) -> float:
+    """How long to wait before retrying after `exc`; raises the LLMError it stands for when it is not worth
+    retrying or this was the last attempt."""
+    refusal = _refusal(exc)
+    if refusal is not None:
+        logger.warning("LLM call to %s refused: %s", config.log_label(), refusal.reason)
+        raise LLMEndpointRefused(attempts=attempt) from None
+    error = _classify(exc, attempt)
+    if not error.retryable or attempt == attempts:
+        logger.warning("LLM call to %s failed after %d attempt(s): %s", config.log_label(), attempt, error)
+        raise error from exc
+    delay = config.backoff * (2 ** (attempt - 1)) * random.uniform(0.8, 1.2)  # noqa: S311
+    logger.info(
+        "LLM call to %s failed (%s); retry %d in %.2fs",
+        config.log_label(),
+        error.code,
+        attempt,
+        delay,
+    )
+    return delay
 
 
 def chat(
