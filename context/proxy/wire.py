@@ -33,6 +33,17 @@ def _invalid(message: str, param: str | None = None) -> ProxyError:
     return ProxyError(message, code="invalid_request", status=400, param=param)
 
 
+def _unsupported(message: str, param: str | None = None) -> ProxyError:
+    """A well-formed request asking for what the proxy does not do (the SDK's field is valid upstream)."""
+    return ProxyError(message, code="unsupported", status=400, param=param)
+
+
+_NO_FETCH = (
+    "image URLs are not fetched (Mnemo stores an image's bytes as it arrives and does not call URLs a client "
+    "names); send the image inline as base64"
+)
+
+
 def _item(role: str, content: str, parts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {"role": role, "content": content, "parts": parts or []}
 
@@ -54,12 +65,17 @@ def _common(body: Any, fmt: str) -> tuple[str, list[Any]]:
 
 
 def _openai_image(part: dict[str, Any], where: str) -> dict[str, Any]:
-    url = (part.get("image_url") or {}).get("url", "")
+    image_url = part.get("image_url")
+    if not isinstance(image_url, dict):
+        image_url = {}
+    url = image_url.get("url", "")
     match = _DATA_URL.match(url) if isinstance(url, str) else None
+    if match is None and isinstance(url, str) and url.lower().startswith(("http://", "https://")):
+        raise _unsupported(f"{where}: {_NO_FETCH}, as a data: URL (data:image/png;base64,…).", where)
     if match is None:
-        raise _invalid(f"{where}: only data: URLs are accepted for images (Mnemo stores the bytes).", where)
+        raise _invalid(f"{where}: an image_url must be a data: URL with base64 data.", where)
     image = {"type": "image", "data": match["data"], "media_type": match["media"]}
-    detail = (part.get("image_url") or {}).get("detail")
+    detail = image_url.get("detail")
     if detail in ("auto", "low", "high"):
         image["detail"] = detail
     return image
@@ -127,8 +143,25 @@ def _openai_message(message: Any, index: int) -> tuple[str | None, dict[str, Any
     raise _invalid(f"{where}: unsupported role {role!r}.", where)
 
 
+def _check_choices(body: dict[str, Any]) -> None:
+    """One choice only: a conversation stores one reply per turn, and a client that picked another of n
+    choices and sent it back would give the stored history two different replies to the same turn."""
+    n = body.get("n")
+    if n is None:
+        return
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise _invalid("n must be a positive integer.", "n")
+    if n > 1:
+        raise _unsupported(
+            "n > 1 is not supported: a Mnemo conversation keeps one reply per turn. Send n=1 (or leave "
+            "it out); for several candidates, call the model directly.",
+            "n",
+        )
+
+
 def openai_request(body: Any, *, header_user: str | None) -> ProxyRequest:
     model, raw = _common(body, OPENAI)
+    _check_choices(body)
     system, messages = [], []
     for index, message in enumerate(raw):
         text, item = _openai_message(message, index)
@@ -154,9 +187,13 @@ def openai_request(body: Any, *, header_user: str | None) -> ProxyRequest:
 
 
 def _anthropic_image(block: dict[str, Any], where: str) -> dict[str, Any]:
-    source = block.get("source") or {}
+    source = block.get("source")
+    if not isinstance(source, dict):
+        source = {}
+    if source.get("type") == "url":
+        raise _unsupported(f"{where}: {_NO_FETCH}, as a base64 source.", where)
     if source.get("type") != "base64" or not isinstance(source.get("data"), str):
-        raise _invalid(f"{where}: only base64 image sources are accepted (Mnemo stores the bytes).", where)
+        raise _invalid(f"{where}: an image source must be base64 with its data.", where)
     return {"type": "image", "data": source["data"], "media_type": str(source.get("media_type") or "")}
 
 
