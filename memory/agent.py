@@ -1001,9 +1001,16 @@ def _plan_apply(plan: _Plan, *, conversation: Conversation, run: AgentRun) -> No
             logger.info("memory agent write %s refused for %s: %s", write.tool, conversation.id, exc.message)
 
 
-def _batch_apply(conversation: Conversation, batch: _Batch, plan: _Plan | None, run: AgentRun) -> bool:
-    """Apply the plan (or the rules) and move the cursor in one transaction. False when another run moved
-    the cursor since the batch was read: nothing is written then."""
+def _batch_apply(
+    conversation: Conversation,
+    batch: _Batch,
+    plan: _Plan | None,
+    run: AgentRun,
+    embeddings: dict[str, Embedding],
+) -> bool:
+    """Apply the plan (or the rules, with the vectors of `_rules_embed`) and move the cursor in one
+    transaction. False when another run moved the cursor since the batch was read: nothing is written
+    then."""
     with transaction.atomic():
         cursor = MemoryAgentCursor.objects.select_for_update().get(conversation=conversation)
         if cursor.last_seq != batch.from_seq:
@@ -1014,7 +1021,7 @@ def _batch_apply(conversation: Conversation, batch: _Batch, plan: _Plan | None, 
             end_user = conversation.end_user
             for message in batch.messages:
                 if message.role == Message.Role.USER:
-                    _apply_rules_message(run, end_user, conversation, message)
+                    _apply_rules_message(run, end_user, conversation, message, embeddings)
         cursor.last_seq = batch.to_seq
         cursor.updated_at = timezone.now()
         cursor.save(update_fields=["last_seq", "updated_at"])
@@ -1053,9 +1060,11 @@ def memory_agent_run(*, conversation: Conversation) -> AgentRun:
                 if batch is None:
                     run.processed_to = cursor_seq
                     return run
+        # Vectors first: an embedding model or a remote embedder can be slow; the cursor's lock is to write.
         if plan is not None:
             _plan_embed(plan)
-        if not _batch_apply(conversation, batch, plan, run):
+        embeddings = _rules_embed(batch) if plan is None else {}
+        if not _batch_apply(conversation, batch, plan, run, embeddings):
             restarts += 1
             run.notes.append("Another run moved the cursor meanwhile: this batch was read again.")
             if restarts > MAX_RESTARTS:
@@ -1173,7 +1182,13 @@ def _standing_store(
         run.operations.append({**operation, "rule": rule})
 
 
-def _apply_rules_message(run: AgentRun, end_user: Any, conversation: Conversation, message: Message) -> None:
+def _apply_rules_message(
+    run: AgentRun,
+    end_user: Any,
+    conversation: Conversation,
+    message: Message,
+    embeddings: dict[str, Embedding],
+) -> None:
     """The rules over one user message, sentence by sentence; a standing instruction or preference goes to
     core memory once (a short message that is one is kept whole), where its first sentence comes."""
     standing = {s: item for item in standing_statements(message.content) for s in item.sentences}
@@ -1183,7 +1198,7 @@ def _apply_rules_message(run: AgentRun, end_user: Any, conversation: Conversatio
         if item is not None and item not in stored:
             stored.append(item)
             _standing_store(run, end_user, conversation, message, item)
-        _apply_rules(run, end_user, conversation, message, sentence)
+        _apply_rules(run, end_user, conversation, message, sentence, embeddings)
 
 
 def _rule_match(sentence: str) -> tuple[str, re.Match[str] | None, str | None]:
@@ -1198,27 +1213,32 @@ def _rule_match(sentence: str) -> tuple[str, re.Match[str] | None, str | None]:
     return ("detail", None, kind) if kind else ("", None, None)
 
 
-def _apply_rules(
-    run: AgentRun, end_user: Any, conversation: Conversation, message: Message, sentence: str
-) -> None:
+@dataclass(frozen=True)
+class _Rule:
+    """What the rules make of one sentence, without the database: `rule` names the rule that matched; an
+    archival memory of `kind` holds `content` (kind None: name and instruction go to core memory, a secret
+    nowhere)."""
+
+    rule: str
+    content: str
+    kind: str | None = None
+    memo: bool = False  # said with "note for later", "fyi", "remember that": the user wants it kept
+    secret: bool = False
+
+
+def _rule_for(sentence: str) -> _Rule | None:
     sentence, memo = strip_lead_in(sentence)
     rule, match, kind = _rule_match(sentence)
     if not rule:
-        return
+        return None
     if looks_secret(sentence):  # never stored, as the LLM is told too
-        run.notes.append(f"A sentence of message #{message.seq} reads as a secret: not remembered.")
-        return
-    trigger = f"rule:{rule} (message #{message.seq})"
-    source = [str(message.id)]
-    content = sentence
+        return _Rule(rule, sentence, secret=True)
     if rule == "name":
         assert match is not None
-        name = match.group("name").strip()
-        if _append_core(end_user, "profile", f"Name: {name}", conversation=conversation, trigger=trigger):
-            run.operations.append({"op": "core_memory_append", "label": "profile", "rule": rule})
-        return
+        return _Rule(rule, f"Name: {match.group('name').strip()}")
     if rule == "instruction":
-        return  # in core memory only (_standing_store): in every prompt already, never a retrieval hit
+        return _Rule(rule, sentence)  # in core memory only (_standing_store): in every prompt already
+    content = sentence
     if rule == "preference":  # its core memory line is written by _standing_store
         kind = ArchivalMemory.Kind.PREFERENCE
     elif rule == "remember":
@@ -1228,22 +1248,59 @@ def _apply_rules(
         kind = ArchivalMemory.Kind.DECISION
     elif rule == "fact":
         kind = ArchivalMemory.Kind.FACT
+    return _Rule(rule, content, kind or ArchivalMemory.Kind.FACT, memo)
+
+
+def _rules_embed(batch: _Batch) -> dict[str, Embedding]:
+    """The vectors of the archival memories the rules will insert for the batch's user messages, computed
+    before _batch_apply locks the cursor (as _plan_embed does for the LLM's plan)."""
+    contents = {
+        rule.content
+        for message in batch.messages
+        if message.role == Message.Role.USER
+        for sentence in _sentences(message.content)
+        if (rule := _rule_for(sentence)) is not None and rule.kind is not None
+    }
+    return {content: archival_embed(content) for content in sorted(contents)}
+
+
+def _apply_rules(
+    run: AgentRun,
+    end_user: Any,
+    conversation: Conversation,
+    message: Message,
+    sentence: str,
+    embeddings: dict[str, Embedding],
+) -> None:
+    rule = _rule_for(sentence)
+    if rule is None:
+        return
+    if rule.secret:
+        run.notes.append(f"A sentence of message #{message.seq} reads as a secret: not remembered.")
+        return
+    trigger = f"rule:{rule.rule} (message #{message.seq})"
+    if rule.rule == "name":
+        if _append_core(end_user, "profile", rule.content, conversation=conversation, trigger=trigger):
+            run.operations.append({"op": "core_memory_append", "label": "profile", "rule": rule.rule})
+        return
+    if rule.kind is None:
+        return
     outcome = archival_insert(
         end_user=end_user,
-        content=content,
-        kind=kind or ArchivalMemory.Kind.FACT,
-        # Said with "note for later", "fyi", "remember that": the user wants it kept.
-        importance=MEMO_IMPORTANCE if memo else 0.5,
+        content=rule.content,
+        kind=rule.kind,
+        importance=MEMO_IMPORTANCE if rule.memo else 0.5,
         conversation=conversation,
-        source_message_ids=source,
+        source_message_ids=[str(message.id)],
         actor=Actor.AGENT,
         actor_name="rules",
         trigger=trigger,
+        embedding=embeddings.get(rule.content),  # a miss is embedded here, as before
     )
     operation: dict[str, Any] = {
         "op": f"archival_memory_{outcome.action}",
         "id": str(outcome.memory.id),
-        "rule": rule,
+        "rule": rule.rule,
     }
     if outcome.invalidated:
         operation["invalidated"] = [str(m.id) for m in outcome.invalidated]

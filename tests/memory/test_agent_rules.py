@@ -219,3 +219,33 @@ def test_a_decision_with_a_value_is_kept_as_a_decision(conversation):
         "decision",
         "we pinned the ledger client SDK to 7.31.4 until upstream fixes the bug",
     )
+
+
+def test_the_rules_vectors_are_computed_before_the_cursor_is_locked(conversation, monkeypatch):
+    """An archival memory the rules keep is embedded before _batch_apply takes the cursor's row lock (a slow
+    embedder must not hold it), once for each memory; the write under the lock only stores the vector."""
+    from django.db import connection
+
+    import memory.archival
+
+    append(
+        conversation,
+        {
+            "role": "user",
+            "content": "The deploy key for ledger on staging is QW-4821. We pinned the ledger SDK to 7.31.4.",
+        },
+        {"role": "assistant", "content": "Noted."},
+    )
+    depth_outside = len(connection.atomic_blocks)
+    embedded = []
+
+    def embed(texts):
+        embedded.append((list(texts), len(connection.atomic_blocks)))
+        return None, "no embedder in this test"
+
+    monkeypatch.setattr(memory.archival, "embed", embed)
+    run = memory_agent_run(conversation=conversation)
+    assert [op["rule"] for op in run.operations] == ["detail", "detail"]
+    kept = set(ArchivalMemory.objects.values_list("content", flat=True))
+    assert kept == {"The deploy key for ledger on staging is QW-4821", "We pinned the ledger SDK to 7.31.4"}
+    assert sorted(embedded) == [([content], depth_outside) for content in sorted(kept)]
