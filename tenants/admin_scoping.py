@@ -3,16 +3,19 @@ its role allows, and no choice, filter or action names another tenant's objects;
 Every tenant-owned ModelAdmin derives from TenantScopedAdmin (AppendOnlyAdmin for audit and derived rows)."""
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.helpers import AdminForm
 from django.contrib.admin.utils import get_fields_from_path
 from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 from django.db.models import Model, QuerySet
 from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest
+from django.utils.html import format_html
 
 from tenants.models import Membership, Tenant
 
@@ -59,7 +62,49 @@ class PrettyJSONField(forms.JSONField):
     def prepare_value(self, value: Any) -> Any:
         if isinstance(value, InvalidJSONInput):
             return value
-        return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, cls=self.encoder)
+        return json_pretty(value, encoder=self.encoder)
+
+
+def json_pretty(value: Any, *, encoder: Any = None) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, cls=encoder)
+
+
+def readonly_json_display(field: models.JSONField, empty: str) -> Callable[[Any], str]:
+    """A read-only field's display for a JSON model field: indented in the same monospace box as the
+    editable ones (Django's own shows it on one line)."""
+
+    def display(obj: Any) -> str:
+        value = getattr(obj, field.attname, None)
+        if value is None:
+            return empty
+        return format_html('<pre class="mnemo-json">{}</pre>', json_pretty(value, encoder=field.encoder))
+
+    display.__name__ = field.name  # the row keeps the field's CSS class and help text
+    display.short_description = field.verbose_name  # type: ignore[attr-defined]
+    return display
+
+
+def readonly_json_indented(adminform: AdminForm, model: type[Model], empty: str) -> None:
+    """Swap the read-only JSON fields of a change form (a view-only user's, or declared read-only) for
+    indented displays, in its fieldsets and its read-only list alike."""
+    json_fields = {
+        f.name: f for f in model._meta.get_fields() if isinstance(f, models.JSONField) and not f.is_relation
+    }
+    names = [name for name in adminform.readonly_fields if isinstance(name, str) and name in json_fields]
+    if not names:
+        return
+    displays = {name: readonly_json_display(json_fields[name], empty) for name in names}
+
+    def swap(entry: Any) -> Any:
+        if isinstance(entry, list | tuple):
+            return type(entry)(swap(e) for e in entry)
+        return displays.get(entry, entry) if isinstance(entry, str) else entry
+
+    adminform.fieldsets = [
+        (title, {**options, "fields": swap(options.get("fields", ()))})
+        for title, options in adminform.fieldsets
+    ]
+    adminform.readonly_fields = swap(list(adminform.readonly_fields))
 
 
 class TenantScopedAdmin(admin.ModelAdmin):
@@ -167,6 +212,14 @@ class TenantScopedAdmin(admin.ModelAdmin):
         except FieldDoesNotExist:
             return entry
         return (entry, ScopedRelatedFieldListFilter) if field.is_relation else entry
+
+    def render_change_form(
+        self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        adminform = context.get("adminform")
+        if isinstance(adminform, AdminForm):
+            readonly_json_indented(adminform, self.model, self.get_empty_value_display())
+        return super().render_change_form(request, context, *args, **kwargs)
 
     def get_deleted_objects(self, objs: Any, request: HttpRequest) -> tuple[Any, Any, set[str], Any]:
         """Deleting a row the user may delete takes its append-only rows with it (a conversation's messages

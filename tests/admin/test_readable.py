@@ -105,3 +105,24 @@ def test_the_inspector_shows_line_breaks_and_images_not_escapes_and_base64(
     assert "\\n" not in messages_html
     assert '<img class="mnemo-thumb" src="data:image/' in messages_html
     assert messages_html.count("base64,") == messages_html.count('src="data:image/')  # only inside <img>
+
+
+def test_read_only_json_is_indented_too(client, superuser_client, support, conversation):
+    """A view-only user's JSON fields, and JSON fields declared read-only, read like the editable ones (they
+    were one long line)."""
+    from summaries.models import SummarySegment
+
+    conversation.metadata = {"ticket": "OPS-1", "labels": ["a", "b"]}
+    conversation.save()
+    client.force_login(support.user)  # support reads conversations and does not edit them
+    html = client.get(reverse("admin:conversations_conversation_change", args=[conversation.pk])).content
+    metadata = html.decode().split('class="form-row field-metadata')[1].split('<div class="form-row')[0]
+    assert '<pre class="mnemo-json">{\n  &quot;labels&quot;: [\n    &quot;a&quot;,' in metadata
+    assert "<textarea" not in metadata and "Metadata" in metadata
+
+    segment = SummarySegment.objects.create(
+        conversation=conversation, start_seq=1, end_seq=2, text="s", token_count=1, metadata={"k": [1]}
+    )
+    url = reverse("admin:summaries_summarysegment_change", args=[segment.pk])
+    html = superuser_client.get(url).content.decode()
+    assert '<pre class="mnemo-json">{\n  &quot;k&quot;: [\n    1\n  ]\n}</pre>' in html
