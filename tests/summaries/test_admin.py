@@ -78,5 +78,5 @@ def test_nobody_sees_another_tenants_segments(client, member, outsider_conversat
     assert detail.status_code == 302
     # An action on a foreign id selects nothing.
     response = changelist_action(client, "compact_now", [outsider_conversation.pk])
-    assert response.status_code in (200, 302)
+    assert response.status_code == 302  # Django's "no items selected", back to the list
     assert SummarySegment.objects.filter(conversation=outsider_conversation).count() == 1
