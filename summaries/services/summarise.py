@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conversations.models import Conversation, Message
-from providers.llm import LLMError, chat
+from providers.llm import LLMConfig, LLMError, chat
 from providers.summariser import (
     VERSION as EXTRACTIVE_VERSION,
 )
@@ -26,6 +26,7 @@ from providers.tokens import count_text
 from summaries.conf import CompactionConfig
 from summaries.prompts import summary_messages
 from tenants.llm_budget import llm_budget_fallback_record, llm_budget_left, llm_usage_record
+from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
 
@@ -258,25 +259,9 @@ def _llm_summary(
     """The LLM's summary, or None (with the reason appended to `degradations`) when no LLM is configured,
     the tenant's monthly budget is spent or the call failed."""
     tenant = conversation.tenant
-    if cfg.llm is None:
-        degradations.append(
-            {
-                "code": "offline_summariser",
-                "message": "No LLM is configured: the offline extractive summariser served.",
-            }
-        )
+    llm = _summary_llm(cfg, tenant=tenant, purpose=purpose, sync=sync, degradations=degradations)
+    if llm is None:
         return None
-    if llm_budget_left(tenant=tenant, monthly_tokens=cfg.monthly_llm_tokens) <= 0:
-        llm_budget_fallback_record(tenant=tenant, purpose=purpose)
-        degradations.append(
-            {
-                "code": "llm_budget_spent",
-                "message": f"The tenant's monthly LLM budget ({cfg.monthly_llm_tokens} tokens) is spent: "
-                "the offline extractive summariser served.",
-            }
-        )
-        return None
-    llm = cfg.llm.with_limits(timeout=cfg.sync_timeout, max_retries=0) if sync else cfg.llm
     try:
         reply = chat(
             llm,
@@ -300,6 +285,33 @@ def _llm_summary(
         input_tokens=input_tokens,
         llm_tokens=reply.total_tokens,
     )
+
+
+def _summary_llm(
+    cfg: CompactionConfig, *, tenant: Tenant, purpose: str, sync: bool, degradations: list[dict[str, str]]
+) -> LLMConfig | None:
+    """The LLM to summarise with (a call made while a request waits: the sync timeout and no retry), or None
+    with the reason appended to `degradations`: no LLM is configured, or the tenant's monthly budget is
+    spent."""
+    if cfg.llm is None:
+        degradations.append(
+            {
+                "code": "offline_summariser",
+                "message": "No LLM is configured: the offline extractive summariser served.",
+            }
+        )
+        return None
+    if llm_budget_left(tenant=tenant, monthly_tokens=cfg.monthly_llm_tokens) <= 0:
+        llm_budget_fallback_record(tenant=tenant, purpose=purpose)
+        degradations.append(
+            {
+                "code": "llm_budget_spent",
+                "message": f"The tenant's monthly LLM budget ({cfg.monthly_llm_tokens} tokens) is spent: "
+                "the offline extractive summariser served.",
+            }
+        )
+        return None
+    return cfg.llm.with_limits(timeout=cfg.sync_timeout, max_retries=0) if sync else cfg.llm
 
 
 def _fact_check_apply(result: SummaryText, *, fact_source: str, target_tokens: int, model: str) -> None:
