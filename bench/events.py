@@ -180,6 +180,16 @@ def row(
         private_idle()  # the warm-up's events are out before the member joins
     member = member_for(publisher, layer_name == "redis", group) if send is not None else None
     publish.clear()
+    append, all_sent = timed_appends(conversation, appends, private=publisher == "private loop")
+    delivered = member.received() if member is not None else 0
+    private_stop()
+    return {"publish": publish, "append": append, "all_sent": all_sent, "delivered": delivered}
+
+
+def timed_appends(conversation: Any, appends: int, *, private: bool) -> tuple[list[float], float]:
+    """(seconds of each append, seconds from the first append until the publisher has sent the last event)."""
+    from conversations.services import message_append_batch
+
     append: list[float] = []
     first = time.perf_counter()
     for i in range(appends):
@@ -189,12 +199,9 @@ def row(
             items=[{"role": "user", "content": f"Message {i}: the deploy of build {i}."}],
         )
         append.append(time.perf_counter() - started)
-    if publisher == "private loop":
+    if private:
         private_idle()
-    all_sent = time.perf_counter() - first
-    delivered = member.received() if member is not None else 0
-    private_stop()
-    return {"publish": publish, "append": append, "all_sent": all_sent, "delivered": delivered}
+    return append, time.perf_counter() - first
 
 
 def main() -> int:
