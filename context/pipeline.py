@@ -15,6 +15,7 @@ from django.db.models import Count, Min, Sum
 from django.utils import timezone
 
 from context import sources
+from context.decay import attachments_decay
 from context.images import attach_images
 from context.models import AgentProfile, ConversationContext
 from context.retrieval import load_retrieval
@@ -270,21 +271,8 @@ def stage_retrieve(state: ContextState) -> None:
 
 
 def stage_decay(state: ContextState) -> None:
-    """Attachments sent with this request are priority P0: described in full in the current message."""
-    for attachment in state.request.attachments:
-        lines = [f"- {attachment['name']}"]
-        if attachment.get("description"):
-            lines.append(f"  {attachment['description']}")
-        if attachment.get("content"):
-            lines.append(attachment["content"])
-        text = "\n".join(lines)
-        state.layout.attachments.append(
-            Item(
-                text=text,
-                tokens=count_cached(text, model=state.model),
-                source={"kind": "attachment", "name": attachment["name"], "priority": "P0"},
-            )
-        )
+    """Attachments by priority (P0 this turn … P3 other conversations) under the budget (context/decay.py)."""
+    attachments_decay(state)
 
 
 def _exact_total(state: ContextState, history_tokens: int) -> dict[str, int]:

@@ -115,3 +115,27 @@ class Chunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.document_id}#{self.ordinal}"
+
+
+class ImageDescription(models.Model):
+    """What a vision-capable model said an image shows, once per tenant and image bytes (sha256): a
+    duplicate, a re-upload or the same screenshot in another conversation re-uses it. The attachment decay
+    stage shows it in place of the pixels. Without one (no vision model, or not described yet) the image is
+    described offline by its id, format, size and role (knowledge.vision.offline_description)."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    sha256 = models.CharField(max_length=64)
+    text = models.TextField()
+    model = models.CharField(max_length=100, help_text="The model that wrote the description.")
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "sha256"], name="image_description_per_sha256")
+        ]
+
+    def __str__(self) -> str:
+        return f"description of {self.sha256[:12]}"

@@ -38,3 +38,12 @@ def documents_pending_sweep() -> int:
         .values_list("pk", flat=True)[:PENDING_SWEEP_LIMIT]
     )
     return sum(task_send(document_process_task, str(pk)) for pk in pending)
+
+
+@shared_task(acks_late=True, soft_time_limit=300, time_limit=330)
+def image_describe_task(image_id: str) -> bool:
+    """Describe one stored image with the tenant's vision model, once per sha256 (a no-op when described,
+    gone, or no vision model is configured). Returns whether a description exists now."""
+    from knowledge.vision import image_describe
+
+    return image_describe(image_id=image_id) is not None

@@ -1,0 +1,250 @@
+"""The decay stage: attachments into the current message by priority, under the budget. What the request
+sends is P0; the stored ones (knowledge.attachments) come with their own priority. Each item starts at the
+level its priority gives (P0 content, P1 description, P2 summary, P3 name) and, when they do not fit their
+share of the budget, the lowest-value item (lowest priority, then oldest) steps down first: a long content
+is cut to what fits, then description → summary → name, and P2/P3 items are dropped at last. Every item
+that was shortened is listed in `dropped`; images described offline are reported as a degradation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from knowledge.attachments import LEVELS, PRIORITIES, START_LEVEL, AttachmentQuery, conversation_attachments
+from knowledge.vision import image_descriptions_request, vision_status
+from prefix_cache.accounting import count_cached
+from prefix_cache.rendering import Item
+from providers.tokens import MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS, truncate_text
+
+if TYPE_CHECKING:
+    from context.state import ContextState
+
+# Attachments share what the other blocks leave with retrieval (B5) when the question has hits.
+ATTACHMENT_SHARE = 0.5
+# A P0 content cut shorter than this is not worth it: the item falls back to its description.
+MIN_CONTENT_TOKENS = 64
+SEPARATOR_TOKENS = 2
+# The section's title, and the question's own title when the attachments are the only section.
+SECTION_TOKENS = 16
+CUT_MARKER = "\n[… shortened here to fit the token budget]"
+
+
+@dataclass
+class Entry:
+    """One attachment on its way into the prompt: its texts by level and the level it stands at."""
+
+    priority: str
+    order: tuple[Any, ...]
+    texts: dict[str, str]
+    source: dict[str, Any]
+    start: str
+    level: str | None = None  # None: dropped
+    cut: bool = False
+    tokens: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.level = self.start
+
+    def floor(self) -> str | None:
+        """P0 and P1 keep at least their name (the user is pointing at them); P2 and P3 may go."""
+        return "name" if self.priority in ("P0", "P1") else None
+
+    def lower(self) -> str | None:
+        """The next level down that this entry has text for (None: dropped)."""
+        assert self.level is not None
+        for level in LEVELS[LEVELS.index(self.level) + 1 :]:
+            if level in self.texts:
+                return level
+        return None
+
+
+def attachments_decay(state: ContextState) -> None:
+    """The decay stage (context/pipeline.py)."""
+    allowance = decay_allowance(state)
+    entries = _entries(state, content_tokens=allowance)
+    _fit(entries, allowance=allowance, model=state.model, dropped=state.dropped)
+    kept = sorted((e for e in entries if e.level is not None), key=lambda e: e.order)
+    state.layout.attachments = [
+        Item(text=e.texts[e.level], tokens=_tokens(e, state.model), source={**e.source, "level": e.level})
+        for e in kept
+        if e.level is not None
+    ]
+
+
+def decay_allowance(state: ContextState) -> int:
+    """Tokens the attachments may take: what B1, core memory, the current message, the history (at most its
+    allowance), the summaries (at most their share), the task state and the session profile leave; half of
+    it when retrieval has hits for the question, which the budget stage places after."""
+    from context.pipeline import SUMMARY_SHARE  # the pipeline imports this module
+
+    layout = state.layout
+    fixed = (layout.b1.tokens if layout.b1 else 0) + sum(i.tokens for i in layout.b2a)
+    fixed += sum(i.tokens for i in layout.memory_updates)
+    fixed += count_cached(layout.user_message, model=state.model)
+    fixed += 2 * MESSAGE_OVERHEAD_TOKENS + REPLY_PRIMING_TOKENS
+    room = max(0, state.budget - fixed)
+    history = min(sum(m.token_count for m in layout.b6), state.history_allowance)
+    summaries = min(sum(i.tokens for i in layout.b4), int(room * SUMMARY_SHARE))
+    per_request = sum(i.tokens for i in (layout.b3, layout.b2b) if i is not None)
+    free = max(0, room - history - summaries - per_request - SECTION_TOKENS)
+    return int(free * ATTACHMENT_SHARE) if state.candidates else free
+
+
+# --- the entries ------------------------------------------------------------------------------------------
+
+
+def _request_entry(index: int, attachment: dict[str, Any]) -> Entry:
+    """An attachment sent with the request: P0, its content as sent."""
+    name, description = attachment["name"], attachment.get("description") or ""
+    head = [f"- {name}"] + ([f"  {description}"] if description else [])
+    texts = {"name": f"- {name}", "description": "\n".join(head)}
+    texts["summary"] = texts["description"]
+    if attachment.get("content"):
+        texts["content"] = "\n".join([*head, attachment["content"]])
+    start = "content" if "content" in texts else "description"
+    source = {"kind": "attachment", "name": name, "priority": "P0"}
+    return Entry("P0", (0, -1.0, index), texts, source, start)
+
+
+def _entries(state: ContextState, *, content_tokens: int) -> list[Entry]:
+    sent = state.request.attachments
+    # A name sent alone re-attaches a stored attachment (P1, its stored description); sent with content or
+    # a description it is this turn's own, and a stored one of the same name is not listed twice.
+    bare = {a["name"].lower() for a in sent if not a.get("content") and not a.get("description")}
+    full = {a["name"].lower() for a in sent} - bare
+    found = conversation_attachments(
+        AttachmentQuery(
+            conversation=state.conversation,
+            user_message=state.layout.user_message,
+            model=state.model,
+            current_message_id=state.request.user_message_id,
+            history_until=state.history_until,
+            shown_image_ids=frozenset(_shown_image_ids(state)),
+            reattached=frozenset(bare),
+            content_tokens=max(0, content_tokens),
+        )
+    )
+    stored = [a for a in found.attachments if a.name.lower() not in full]
+    matched = {a.name.lower() for a in stored if a.reason == "reattached"}
+    entries = [_request_entry(i, a) for i, a in enumerate(sent) if a["name"].lower() not in matched]
+    for attachment in stored:
+        source = {
+            "kind": "attachment",
+            "name": attachment.name,
+            "priority": attachment.priority,
+            "attachment": attachment.kind,
+            "id": attachment.id,
+            "reason": attachment.reason,
+        }
+        if attachment.kind == "image":
+            source["described"] = attachment.described
+        start = START_LEVEL[attachment.priority]
+        if start not in attachment.texts:  # a P0 document not yet readable: its description
+            start = next(level for level in LEVELS if level in attachment.texts)
+        entries.append(Entry(attachment.priority, attachment.order, attachment.texts, source, start))
+    if found.not_considered:
+        state.dropped.append(
+            {"block": "attachments", "reason": "limit", "items": found.not_considered, "tokens": 0}
+        )
+    _describe_images(state, [a for a in stored if a.kind == "image"])
+    return entries
+
+
+def _shown_image_ids(state: ContextState) -> set[str]:
+    """Images whose pixels the history shows (not duplicates, not compacted to a placeholder)."""
+    from conversations.parts import iter_image_parts
+
+    shown = set()
+    for message in state.layout.b6:
+        for part in iter_image_parts(message.parts):
+            if "image_id" in part and not part.get("duplicate_of") and not part.get("compacted"):
+                shown.add(part["image_id"])
+    return shown
+
+
+def _describe_images(state: ContextState, images: list[Any]) -> None:
+    """Images described offline are reported; with a vision model, those not described yet are queued."""
+    offline = [a for a in images if a.described == "offline"]
+    if not offline:
+        return
+    status = vision_status(state.conversation.tenant)
+    if status.config is None:
+        state.degrade(
+            "decay",
+            "image_description_offline",
+            f"{len(offline)} image(s) described by id, format, size and role only: {status.reason}.",
+        )
+        return
+    if state.request.record:
+        image_descriptions_request(tenant=state.conversation.tenant, images=[a.image for a in offline])
+    state.degrade(
+        "decay",
+        "image_description_pending",
+        f"{len(offline)} image(s) not described by {status.config.model} yet (queued); described by id, "
+        "format, size and role meanwhile.",
+    )
+
+
+# --- fitting ----------------------------------------------------------------------------------------------
+
+
+def _tokens(entry: Entry, model: str) -> int:
+    assert entry.level is not None
+    text = entry.texts[entry.level]
+    if text not in entry.tokens:
+        entry.tokens[text] = count_cached(text, model=model)
+    return entry.tokens[text]
+
+
+def _total(entries: list[Entry], model: str) -> int:
+    return sum(_tokens(e, model) + SEPARATOR_TOKENS for e in entries if e.level is not None)
+
+
+def _victim(entries: list[Entry]) -> Entry | None:
+    """The lowest-value entry that can still give way: lowest priority first, then the oldest."""
+    movable = [e for e in entries if e.level is not None and e.level != e.floor()]
+    if not movable:
+        return None
+    return min(movable, key=lambda e: (-PRIORITIES.index(e.priority), e.order))
+
+
+def _fit(entries: list[Entry], *, allowance: int, model: str, dropped: list[dict[str, Any]]) -> None:
+    before = {id(e): _tokens(e, model) for e in entries}
+    total = _total(entries, model)
+    while total > allowance:
+        victim = _victim(entries)
+        if victim is None:
+            break
+        if victim.level == "content" and not victim.cut:
+            _cut_content(victim, room=allowance - (total - _tokens(victim, model)), model=model)
+        else:
+            victim.level = victim.lower()
+        total = _total(entries, model)
+    for entry in entries:
+        if entry.level == entry.start and not entry.cut:
+            continue
+        after = _tokens(entry, model) if entry.level is not None else 0
+        dropped.append(
+            {
+                "block": "attachments",
+                "reason": "decay",
+                **{k: entry.source[k] for k in ("name", "priority", "attachment", "id") if k in entry.source},
+                "from": entry.start,
+                "to": entry.level or "dropped",
+                "shortened": entry.cut,
+                "tokens": before[id(entry)] - after,
+            }
+        )
+
+
+def _cut_content(entry: Entry, *, room: int, model: str) -> None:
+    """Keep the head of the content that fits, or (too little room) step down to the description."""
+    keep = room - SEPARATOR_TOKENS - count_cached(CUT_MARKER, model=model)
+    if keep < MIN_CONTENT_TOKENS:
+        entry.level = entry.lower()
+        return
+    entry.cut = True
+    entry.texts = {
+        **entry.texts,
+        "content": truncate_text(entry.texts["content"], keep, model=model) + CUT_MARKER,
+    }

@@ -1,0 +1,354 @@
+"""A conversation's stored attachments and the priority each has for the next model call (the decay
+engine's input; context/decay.py fits them under the budget). Attachments are the documents uploaded to a
+conversation and the images its user messages carried; they persist with the conversation.
+
+- P0: attached to this turn (a document uploaded since the last assistant reply, an image on the question
+  or on a user message after that reply): full content (documents) or description (images);
+- P1: referenced again (its name or id in the user message, or re-attached by name): full description;
+- P2: attached earlier in this conversation: a short summary;
+- P3: from the end user's other conversations: name only.
+
+Each attachment carries its text at every level (content, description, summary, name) so the decay stage
+can step an item down when the budget is short. Images on tool results and assistant messages are visual
+memory (placeholders and anchors, conversations.visual), not attachments, unless named by id."""
+
+import datetime
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import QuerySet
+
+from cold_storage.models import ArchivedImage
+from conversations.models import Conversation, Message
+from knowledge.models import Chunk, Document
+from knowledge.vision import descriptions_by_sha256, human_size, offline_description
+from providers.tokens import truncate_text
+
+PRIORITIES = ("P0", "P1", "P2", "P3")
+LEVELS = ("content", "description", "summary", "name")
+START_LEVEL = {"P0": "content", "P1": "description", "P2": "summary", "P3": "name"}
+# How many of each kind are considered at all (newest first); older ones are only counted.
+THIS_CONVERSATION_LIMIT = 30
+OTHER_CONVERSATIONS_LIMIT = 15
+NAME_CANDIDATES_LIMIT = 300
+SUMMARY_TOKENS = 60
+DESCRIPTION_TOKENS = 250
+OUTLINE_ITEMS = 12
+IMAGE_ID = re.compile(r"\bimg_[0-9a-zA-Z]{6,64}\b")
+
+
+@dataclass(frozen=True)
+class AttachmentQuery:
+    conversation: Conversation
+    user_message: str
+    model: str
+    current_message_id: Any = None  # the stored question: its images are this turn's
+    history_until: int | None = None  # the history stops here (the stored question's seq - 1)
+    shown_image_ids: frozenset[str] = frozenset()  # images the prompt already shows as pixels
+    reattached: frozenset[str] = frozenset()  # names (lower case) of attachments sent with the request
+    content_tokens: int = 4000  # a P0 document's content is read up to this many tokens
+
+
+@dataclass
+class Attachment:
+    kind: str  # "document" or "image"
+    id: str
+    name: str
+    priority: str
+    reason: str  # this_turn, referenced, reattached, this_conversation, other_conversation
+    created_at: datetime.datetime
+    texts: dict[str, str] = field(default_factory=dict)  # by level
+    described: str = ""  # images: "llm", "client" or "offline"
+    image: ArchivedImage | None = None  # the image whose bytes are described (the original of a duplicate)
+
+    @property
+    def order(self) -> tuple[int, float, str]:
+        """Rendering order: by priority, then oldest first (stable across requests)."""
+        return PRIORITIES.index(self.priority), self.created_at.timestamp(), self.id
+
+
+@dataclass
+class Found:
+    attachments: list[Attachment]
+    not_considered: int  # beyond the limits above: not even named
+
+
+def conversation_attachments(query: AttachmentQuery) -> Found:
+    """Every attachment the next call should know of, with its priority and texts."""
+    reply_seq, reply_at = _last_reply(query)
+    documents, skipped = _documents(query, reply_at)
+    images, skipped_images = _images(query, reply_seq)
+    return Found(documents + images, skipped + skipped_images)
+
+
+def _last_reply(query: AttachmentQuery) -> tuple[int, datetime.datetime | None]:
+    """The seq and time of the last assistant reply before the question: what came after is this turn's."""
+    replies = Message.objects.filter(
+        conversation=query.conversation, role=Message.Role.ASSISTANT, kind=Message.Kind.MESSAGE
+    )
+    if query.history_until is not None:
+        replies = replies.filter(seq__lte=query.history_until)
+    last = replies.order_by("-seq").values_list("seq", "created_at").first()
+    return (last[0], last[1]) if last else (0, None)
+
+
+# --- documents --------------------------------------------------------------------------------------------
+
+
+def _referenced(text: str, *, name: str, ids: tuple[str, ...]) -> bool:
+    lowered = text.lower()
+    if any(i and i.lower() in lowered for i in ids):
+        return True
+    if name.lower() in lowered:
+        return True
+    stem = name.rsplit(".", 1)[0].lower()
+    return len(stem) >= 5 and re.search(rf"(?<!\w){re.escape(stem)}(?!\w)", lowered) is not None
+
+
+def _document_priority(document: Document, query: AttachmentQuery, reply_at: Any) -> tuple[str, str]:
+    ids = (str(document.pk), document.pk.hex)
+    if document.name.lower() in query.reattached:
+        return "P1", "reattached"
+    if _referenced(query.user_message, name=document.name, ids=ids):
+        return "P1", "referenced"
+    if document.conversation_id != query.conversation.pk:
+        return "P3", "other_conversation"
+    if reply_at is None or document.created_at > reply_at:
+        return "P0", "this_turn"
+    return "P2", "this_conversation"
+
+
+def _document_candidates(query: AttachmentQuery) -> tuple[list[Document], int]:
+    conversation = query.conversation
+    own = Document.objects.filter(tenant_id=conversation.tenant_id, conversation=conversation)
+    rows = list(own.order_by("-created_at", "-id")[:THIS_CONVERSATION_LIMIT])
+    skipped = max(0, own.count() - len(rows)) if len(rows) == THIS_CONVERSATION_LIMIT else 0
+    if conversation.end_user_id is None:
+        return rows, skipped
+    # The end user's other conversations (P3, or P1 when named) and their own library (only when named).
+    theirs = (
+        Document.objects.filter(tenant_id=conversation.tenant_id, end_user_id=conversation.end_user_id)
+        .exclude(conversation=conversation)
+        .order_by("-created_at", "-id")
+    )
+    others = 0
+    for document in theirs[:NAME_CANDIDATES_LIMIT]:
+        priority, _ = _document_priority(document, query, None)
+        if priority == "P1" or (document.conversation_id is not None and others < OTHER_CONVERSATIONS_LIMIT):
+            rows.append(document)
+            others += priority != "P1"
+        elif document.conversation_id is not None:
+            skipped += 1
+    return rows, skipped
+
+
+def _documents(query: AttachmentQuery, reply_at: Any) -> tuple[list[Attachment], int]:
+    rows, skipped = _document_candidates(query)
+    out = []
+    for document in rows:
+        priority, reason = _document_priority(document, query, reply_at)
+        attachment = Attachment(
+            kind="document",
+            id=str(document.pk),
+            name=document.name,
+            priority=priority,
+            reason=reason,
+            created_at=document.created_at,
+        )
+        attachment.texts = _document_texts(document, query, with_content=priority == "P0")
+        out.append(attachment)
+    return out, skipped
+
+
+def _header(document: Document) -> str:
+    parts = [document.format.upper() if document.kind == Document.Kind.DOCUMENT else "code"]
+    pages, files = document.details.get("pages"), document.details.get("files")
+    if pages:
+        parts.append(f"{pages} page{'s' if pages != 1 else ''}")
+    if files:
+        parts.append(f"{files} file{'s' if files != 1 else ''}")
+    parts.append(human_size(document.size))
+    if document.status == Document.Status.PENDING:
+        parts.append("still being processed")
+    elif document.status == Document.Status.FAILED:
+        parts.append(f"could not be read: {document.error or document.error_code}")
+    return f"{document.name} ({', '.join(parts)})"
+
+
+def _outline(chunks: QuerySet[Chunk]) -> str:
+    """Headings (documents) or files and symbols (code), in order, without repeats."""
+    seen: dict[str, None] = {}
+    for heading, sheet, path, symbol in chunks.values_list("heading", "sheet", "path", "symbol")[:500]:
+        label = heading or sheet or symbol or ""
+        if path and symbol:
+            label = f"{path}: {symbol}"
+        if label and label not in seen:
+            seen[label] = None
+        if len(seen) >= OUTLINE_ITEMS:
+            break
+    return "; ".join(seen)
+
+
+def _document_texts(document: Document, query: AttachmentQuery, *, with_content: bool) -> dict[str, str]:
+    header = _header(document)
+    chunks = Chunk.objects.filter(document=document).order_by("ordinal")
+    ready = document.status == Document.Status.READY
+    outline = _outline(chunks) if ready else ""
+    opening = chunks.values_list("content", flat=True).first() if ready else None
+    model = query.model
+    summary_body = truncate_text(outline or (opening or ""), SUMMARY_TOKENS, model=model)
+    texts = {
+        "name": f"- {document.name}{_elsewhere(document, query)}",
+        "summary": f"- {header}" + (f": {summary_body}" if summary_body else ""),
+    }
+    lines = [f"- {header}"]
+    if outline:
+        lines.append(f"  Contents: {outline}")
+    if opening:
+        lines.append("  " + truncate_text(opening.strip(), DESCRIPTION_TOKENS, model=model))
+    texts["description"] = "\n".join(lines)
+    if with_content and ready:
+        texts["content"] = _document_content(document, chunks, header=header, query=query)
+    return texts
+
+
+def _elsewhere(document: Document, query: AttachmentQuery) -> str:
+    if document.conversation_id == query.conversation.pk:
+        return ""
+    if document.conversation_id is None:
+        return " (the user's library)"
+    return f" (earlier conversation, {document.created_at.date().isoformat()})"
+
+
+def _document_content(
+    document: Document, chunks: QuerySet[Chunk], *, header: str, query: AttachmentQuery
+) -> str:
+    """The document's text in order, up to content_tokens (consecutive chunks overlap a little; the overlap
+    is kept rather than guessed away). Pages are marked where they change."""
+    lines, used, page = [f"- {header}"], 0, None
+    rows = chunks.values_list("content", "token_count", "page")
+    for content, tokens, chunk_page in rows.iterator(chunk_size=50):
+        if used + tokens > query.content_tokens:
+            left = document.token_count - used
+            lines.append(f"[… about {left} more tokens; the rest is searchable]")
+            break
+        if chunk_page is not None and chunk_page != page:
+            lines.append(f"[page {chunk_page}]")
+            page = chunk_page
+        lines.append(content.strip())
+        used += tokens
+    return "\n".join(lines)
+
+
+# --- images -----------------------------------------------------------------------------------------------
+
+
+def _user_images(conversation_ids: Any, tenant_id: Any) -> QuerySet[ArchivedImage]:
+    user_messages = Message.objects.filter(
+        conversation_id__in=conversation_ids, role=Message.Role.USER
+    ).values("id")
+    return ArchivedImage.objects.select_related("duplicate_of").filter(
+        tenant_id=tenant_id, conversation_id__in=conversation_ids, message_id__in=user_messages
+    )
+
+
+def _image_candidates(query: AttachmentQuery) -> tuple[list[ArchivedImage], int]:
+    conversation = query.conversation
+    own = _user_images([conversation.pk], conversation.tenant_id)
+    if query.history_until is not None:
+        own = own.filter(message_seq__lte=query.history_until + 1)
+    rows = list(own.order_by("-message_seq", "-part_index")[:THIS_CONVERSATION_LIMIT])
+    skipped = own.count() - len(rows) if len(rows) == THIS_CONVERSATION_LIMIT else 0
+    named = set(IMAGE_ID.findall(query.user_message)) | {n for n in query.reattached if IMAGE_ID.fullmatch(n)}
+    if conversation.end_user_id is None:
+        scope = [conversation.pk]
+    else:
+        scope = list(
+            Conversation.objects.filter(
+                tenant_id=conversation.tenant_id, end_user_id=conversation.end_user_id
+            ).values_list("pk", flat=True)
+        )
+    if named:
+        by_id = ArchivedImage.objects.select_related("duplicate_of").filter(
+            tenant_id=conversation.tenant_id, conversation_id__in=scope, pk__in=named
+        )
+        rows += [image for image in by_id if image.id not in {r.id for r in rows}]
+    others = [pk for pk in scope if pk != conversation.pk]
+    if others:
+        theirs = _user_images(others, conversation.tenant_id).order_by("-created_at")
+        rows += [i for i in theirs[:OTHER_CONVERSATIONS_LIMIT] if i.id not in named]
+    return rows, skipped
+
+
+def _image_priority(image: ArchivedImage, query: AttachmentQuery, reply_seq: int) -> tuple[str, str]:
+    if image.id.lower() in query.reattached:
+        return "P1", "reattached"
+    if image.id in query.user_message:
+        return "P1", "referenced"
+    if image.conversation_id != query.conversation.pk:
+        return "P3", "other_conversation"
+    if image.message_id == query.current_message_id or image.message_seq > reply_seq:
+        return "P0", "this_turn"
+    return "P2", "this_conversation"
+
+
+def _client_descriptions(images: list[ArchivedImage]) -> dict[str, str]:
+    """Descriptions the client sent with the image parts (`description`), by image id."""
+    found: dict[str, str] = {}
+    message_ids = {i.message_id for i in images if i.message_id}
+    for parts in Message.objects.filter(pk__in=message_ids).values_list("parts", flat=True):
+        for part in _image_parts(parts):
+            if part.get("image_id") and isinstance(part.get("description"), str):
+                found[part["image_id"]] = part["description"].strip()
+    return found
+
+
+def _image_parts(parts: Any) -> list[dict[str, Any]]:
+    from conversations.parts import iter_image_parts
+
+    return list(iter_image_parts(parts)) if isinstance(parts, list) else []
+
+
+def _images(query: AttachmentQuery, reply_seq: int) -> tuple[list[Attachment], int]:
+    rows, skipped = _image_candidates(query)
+    described = descriptions_by_sha256(
+        tenant_id=query.conversation.tenant_id, sha256s={(i.duplicate_of or i).sha256 for i in rows}
+    )
+    client = _client_descriptions(rows)
+    out, seen = [], set()
+    for image in rows:
+        source = image.duplicate_of or image
+        if source.id in seen:  # the same bytes twice are one attachment
+            continue
+        seen.add(source.id)
+        priority, reason = _image_priority(image, query, reply_seq)
+        # Pixels the prompt shows need no words, unless the user names the image (the description carries
+        # its id, which the pixels do not).
+        if {image.id, source.id} & query.shown_image_ids and priority != "P1":
+            continue
+        row = described.get(source.sha256)
+        text, how = (row.text, "llm") if row else (client.get(image.id, ""), "client")
+        if not text:
+            how = "offline"
+        attachment = Attachment("image", image.id, image.id, priority, reason, image.created_at)
+        attachment.described, attachment.image = how, source
+        attachment.texts = _image_texts(image, text, query)
+        out.append(attachment)
+    return out, skipped
+
+
+def _image_texts(image: ArchivedImage, description: str, query: AttachmentQuery) -> dict[str, str]:
+    label = f"- image {offline_description(image)}"
+    full = f"{label}\n  {description}" if description else label
+    first = re.split(r"(?<=[.!?])\s", description, maxsplit=1)[0] if description else ""
+    short = truncate_text(first, SUMMARY_TOKENS, model=query.model)
+    where = ""
+    if image.conversation_id != query.conversation.pk:
+        where = f" (earlier conversation, {image.created_at.date().isoformat()})"
+    return {
+        "content": full,
+        "description": full,
+        "summary": f"{label}: {short}" if short else label,
+        "name": f"- image {image.id}{where}",
+    }
