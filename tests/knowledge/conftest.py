@@ -34,3 +34,7 @@ def upload(actor: Any, *files: tuple[str, bytes], **fields: str) -> Any:
 
 def code(response: Any) -> str:
     return response.json()["error"]["code"]
+
+
+# The OpenAI-compatible test server (tests/llm_server.py) for the image-description tests.
+from tests.llm_server import llm_server, llm_settings  # noqa: E402, F401
