@@ -334,37 +334,7 @@ def conversation_script(
         )
         replies: list[dict[str, Any]] = []
         if rng.random() < tool_share:
-            name = rng.choice(sorted(TOOLS))
-            values = {
-                "service": rng.choice(SERVICES),
-                "error": rng.choice(ERRORS),
-                "path": rng.choice(PATHS),
-                "table": rng.choice(TABLES),
-            }
-            call_id = f"call_{t:03d}_{rng.getrandbits(40):010x}"
-            replies.append(
-                {
-                    "role": "assistant",
-                    "content": f"Let me look at that first ({name.replace('_', ' ')}).",
-                    "parts": [
-                        {"type": "tool_call", "id": call_id, "name": name, "arguments": TOOLS[name](values)}
-                    ],
-                }
-            )
-            replies.append(
-                {
-                    "role": "tool",
-                    "content": "",
-                    "parts": [
-                        {
-                            "type": "tool_result",
-                            "tool_call_id": call_id,
-                            "name": name,
-                            "content": _tool_output(rng, count, rng.randint(*tool_tokens), name),
-                        }
-                    ],
-                }
-            )
+            replies += _tool_exchange(rng, count, t, tool_tokens)
         pools = [ASSISTANT_BODY, ASSISTANT_BODY, ASSISTANT_STEPS if rng.random() < 0.5 else CODE_BLOCKS]
         answer = _grow(
             rng, count, rng.randint(*answer_tokens), _fill(rng, rng.choice(ASSISTANT_OPENERS)), pools
@@ -372,6 +342,34 @@ def conversation_script(
         replies.append({"role": "assistant", "content": answer, "parts": []})
         script.append(Exchange(question=question, replies=replies))
     return script
+
+
+def _tool_exchange(
+    rng: random.Random, count: Callable[[str], int], turn: int, tool_tokens: tuple[int, int]
+) -> list[dict[str, Any]]:
+    """The assistant's call of a random tool and the tool's result."""
+    name = rng.choice(sorted(TOOLS))
+    values = {
+        "service": rng.choice(SERVICES),
+        "error": rng.choice(ERRORS),
+        "path": rng.choice(PATHS),
+        "table": rng.choice(TABLES),
+    }
+    call_id = f"call_{turn:03d}_{rng.getrandbits(40):010x}"
+    call = {"type": "tool_call", "id": call_id, "name": name, "arguments": TOOLS[name](values)}
+    output = _tool_output(rng, count, rng.randint(*tool_tokens), name)
+    return [
+        {
+            "role": "assistant",
+            "content": f"Let me look at that first ({name.replace('_', ' ')}).",
+            "parts": [call],
+        },
+        {
+            "role": "tool",
+            "content": "",
+            "parts": [{"type": "tool_result", "tool_call_id": call_id, "name": name, "content": output}],
+        },
+    ]
 
 
 # A realistic B1: who the agent is and several hundred tokens of policy.

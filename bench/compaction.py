@@ -412,52 +412,20 @@ def run(args: argparse.Namespace) -> dict:
     }
 
 
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f} %"
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}×" if b else "∞"
+
+
 def table(result: dict, args: argparse.Namespace) -> str:
-    mnemo, base = result["mnemo"], result["baseline"]
-
-    def pct(x: float) -> str:
-        return f"{x * 100:.1f} %"
-
-    def ratio(a: float, b: float) -> str:
-        return f"{a / b:.2f}×" if b else "∞"
-
+    mnemo = result["mnemo"]
     saving = 1 - result["after"] / result["before"]
-    base_saving = 1 - result["baseline_after"] / result["before"]
-    rows = [
-        (
-            "planted facts kept in B4 + B6",
-            pct(mnemo["all"]),
-            pct(base["all"]),
-            ratio(mnemo["all"], base["all"]),
-        ),
-        ("· numbers (25)", pct(mnemo["number"]), pct(base["number"]), ratio(mnemo["number"], base["number"])),
-        ("· file paths (25)", pct(mnemo["path"]), pct(base["path"]), ratio(mnemo["path"], base["path"])),
-        ("· names (25)", pct(mnemo["name"]), pct(base["name"]), ratio(mnemo["name"], base["name"])),
-        (
-            "· decisions (25)",
-            pct(mnemo["decision"]),
-            pct(base["decision"]),
-            ratio(mnemo["decision"], base["decision"]),
-        ),
-        ("prompt tokens before (no compaction)", f"{result['before']:,}", f"{result['before']:,}", "1.00×"),
-        (
-            "prompt tokens after",
-            f"{result['after']:,}",
-            f"{result['baseline_after']:,}",
-            ratio(result["after"], result["baseline_after"]),
-        ),
-        ("fewer prompt tokens", pct(saving), pct(base_saving), ratio(saving, base_saving)),
-        (
-            "compaction time, mean / max (ms)",
-            f"{statistics.mean(result['times']):.0f} / {max(result['times']):.0f}",
-            "—",
-            "",
-        ),
-    ]
-    widths = [
-        max(len(r[i]) for r in [("metric", "Mnemo", "summary-of-summary", "ratio"), *rows]) for i in range(4)
-    ]
+    rows = [*_fact_rows(result["mnemo"], result["baseline"]), *_token_rows(result)]
     head = ("metric", "Mnemo", "summary-of-summary", "ratio")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
     lines = [
         f"Compaction benchmark — {args.messages} messages, {args.compactions} compactions, "
         f"offline extractive summariser, seed {args.seed}",
@@ -474,6 +442,40 @@ def table(result: dict, args: argparse.Namespace) -> str:
         f"≥ {TARGET_SAVING:.0%} fewer tokens → {'met' if saving >= TARGET_SAVING else 'MISSED'}.",
     ]
     return "\n".join(lines)
+
+
+def _fact_rows(mnemo: dict, base: dict) -> list[tuple[str, str, str, str]]:
+    """Planted facts kept, in all and by kind, against summary-of-summary."""
+    kinds = [
+        ("planted facts kept in B4 + B6", "all"),
+        ("· numbers (25)", "number"),
+        ("· file paths (25)", "path"),
+        ("· names (25)", "name"),
+        ("· decisions (25)", "decision"),
+    ]
+    return [(label, _pct(mnemo[k]), _pct(base[k]), _ratio(mnemo[k], base[k])) for label, k in kinds]
+
+
+def _token_rows(result: dict) -> list[tuple[str, str, str, str]]:
+    """Prompt tokens before and after, and the compactions' time."""
+    saving = 1 - result["after"] / result["before"]
+    base_saving = 1 - result["baseline_after"] / result["before"]
+    return [
+        ("prompt tokens before (no compaction)", f"{result['before']:,}", f"{result['before']:,}", "1.00×"),
+        (
+            "prompt tokens after",
+            f"{result['after']:,}",
+            f"{result['baseline_after']:,}",
+            _ratio(result["after"], result["baseline_after"]),
+        ),
+        ("fewer prompt tokens", _pct(saving), _pct(base_saving), _ratio(saving, base_saving)),
+        (
+            "compaction time, mean / max (ms)",
+            f"{statistics.mean(result['times']):.0f} / {max(result['times']):.0f}",
+            "—",
+            "",
+        ),
+    ]
 
 
 def main() -> int:

@@ -346,6 +346,43 @@ def ratio(ours: float, theirs: float) -> str:
     return f"{ours / theirs:.2f}"
 
 
+Measure = Callable[[list[TurnStat]], float]
+
+# A run where every turn reset its prefix has no steady turn: its figures are nan, not an error.
+
+
+def _mean_share(which: list[int]) -> Measure:
+    return lambda stats: statistics.fmean(stats[t].share for t in which) if which else math.nan
+
+
+def _min_share(which: list[int]) -> Measure:
+    return lambda stats: min(stats[t].share for t in which) if which else math.nan
+
+
+def _summed(every: list[int]) -> Measure:
+    # What the bill sees: cached tokens over prompt tokens of the whole conversation.
+    return lambda stats: sum(stats[t].cached for t in every) / sum(stats[t].prompt_tokens for t in every)
+
+
+def _reused(steady: list[int]) -> Measure:
+    return lambda stats: statistics.fmean(stats[t].reused for t in steady) if steady else math.nan
+
+
+def _ceiling(steady: list[int], cacheable: Callable[[int], int]) -> Measure:
+    # The whole previous prompt as the cached prefix: only this turn's new messages are new.
+    def measure(stats: list[TurnStat]) -> float:
+        def best(t: int) -> float:
+            return min(1.0, cacheable(stats[t - 1].prompt_tokens) / stats[t].prompt_tokens)
+
+        return statistics.fmean(best(t) for t in steady) if steady else math.nan
+
+    return measure
+
+
+def _tokens(reduce: Callable[..., float]) -> Measure:
+    return lambda stats: reduce(s.prompt_tokens for s in stats)
+
+
 def section_rows(
     label: str,
     mnemo: list[TurnStat],
@@ -356,41 +393,16 @@ def section_rows(
     turns = len(mnemo)
     steady = [t for t in range(FIRST_STEADY_TURN, turns) if not mnemo[t].moved]
     every = list(range(1, turns))
-
-    # A run where every turn reset its prefix has no steady turn: its figures are nan, not an error.
-    def mean_share(which: list[int]) -> Callable[[list[TurnStat]], float]:
-        return lambda stats: statistics.fmean(stats[t].share for t in which) if which else math.nan
-
-    def min_share(which: list[int]) -> Callable[[list[TurnStat]], float]:
-        return lambda stats: min(stats[t].share for t in which) if which else math.nan
-
-    def summed(stats: list[TurnStat]) -> float:
-        # What the bill sees: cached tokens over prompt tokens of the whole conversation.
-        return sum(stats[t].cached for t in every) / sum(stats[t].prompt_tokens for t in every)
-
-    def reused(stats: list[TurnStat]) -> float:
-        return statistics.fmean(stats[t].reused for t in steady) if steady else math.nan
-
-    def ceiling(stats: list[TurnStat]) -> float:
-        # The whole previous prompt as the cached prefix: only this turn's new messages are new.
-        def best(t: int) -> float:
-            return min(1.0, cacheable(stats[t - 1].prompt_tokens) / stats[t].prompt_tokens)
-
-        return statistics.fmean(best(t) for t in steady) if steady else math.nan
-
-    def tokens(reduce: Callable[..., float]) -> Callable[[list[TurnStat]], float]:
-        return lambda stats: reduce(s.prompt_tokens for s in stats)
-
-    figures: list[tuple[str, Callable[[list[TurnStat]], float], Callable[[float], str]]] = [
-        (f"mean cached share, steady turns (n={len(steady)})", mean_share(steady), pct),
-        (f"mean cached share, all turns 2..{turns} (n={len(every)})", mean_share(every), pct),
-        ("cached / prompt tokens summed over all turns", summed, pct),
-        ("min cached share, steady turns", min_share(steady), pct),
-        (f"min cached share, all turns 2..{turns}", min_share(every), pct),
-        ("previous prompt reused as prefix, steady", reused, pct),
-        ("ceiling: whole previous prompt cached, steady", ceiling, pct),
-        ("mean prompt tokens", tokens(statistics.fmean), lambda v: f"{v:,.0f}"),
-        ("max prompt tokens", tokens(max), lambda v: f"{v:,.0f}"),
+    figures: list[tuple[str, Measure, Callable[[float], str]]] = [
+        (f"mean cached share, steady turns (n={len(steady)})", _mean_share(steady), pct),
+        (f"mean cached share, all turns 2..{turns} (n={len(every)})", _mean_share(every), pct),
+        ("cached / prompt tokens summed over all turns", _summed(every), pct),
+        ("min cached share, steady turns", _min_share(steady), pct),
+        (f"min cached share, all turns 2..{turns}", _min_share(every), pct),
+        ("previous prompt reused as prefix, steady", _reused(steady), pct),
+        ("ceiling: whole previous prompt cached, steady", _ceiling(steady, cacheable), pct),
+        ("mean prompt tokens", _tokens(statistics.fmean), lambda v: f"{v:,.0f}"),
+        ("max prompt tokens", _tokens(max), lambda v: f"{v:,.0f}"),
     ]
     rows = [
         (f"{label}: {name}", fmt(measure(mnemo)), fmt(measure(naive)), ratio(measure(mnemo), measure(naive)))
@@ -412,7 +424,7 @@ def section_rows(
     rows.append(
         (
             f"{label}: Mnemo's own predicted_cached_tokens share, steady",
-            pct(mean_share(steady)(predicted)),
+            pct(_mean_share(steady)(predicted)),
             "-",
             "-",
         )

@@ -276,72 +276,84 @@ class Question:
     stale: list[str] = field(default_factory=list)
 
 
+class _Planner:
+    """Draws facts without repeating a subject or a value, and the turns they are stated in."""
+
+    def __init__(self, rng: random.Random, conversations: int, turns: int) -> None:
+        self.rng, self.turns, self.total = rng, turns, conversations * turns
+        self.pool = [(s, svc) for s in SUBJECTS for svc in SERVICES] + [(s, None) for s in PERSONAL]
+        rng.shuffle(self.pool)
+        self.personal_left = {s["id"] for s in PERSONAL}
+        self.used_values: set[str] = set()
+
+    def value(self, kind: str) -> str:
+        while True:
+            v = VALUES[kind](self.rng)
+            if v not in self.used_values:
+                self.used_values.add(v)
+                return v
+
+    def fill(self, template: str, svc: str | None, v: str = "") -> str:
+        return template.format(svc=svc or "", person=self.rng.choice(COLLEAGUES), v=v)
+
+    def turn_at(self, position: int) -> tuple[int, int]:
+        # Evidence turns spread over the whole history, never in the last exchanges before the questions.
+        return divmod(min(position, self.total - 3), self.turns)
+
+    def take(self, changed: bool) -> Fact:
+        while True:
+            subject, svc = self.pool.pop()
+            if svc is None and subject["id"] not in self.personal_left:
+                continue
+            self.personal_left.discard(subject["id"])
+            break
+        values = [self.value(subject["value"])]
+        statements = [self.fill(self.rng.choice(subject["state"]), svc, values[0])]
+        if changed:
+            values.append(self.value(subject["value"]))
+            statements.append(self.fill(self.rng.choice(subject["update"]), svc, values[1]))
+        return Fact(
+            subject["id"],
+            values,
+            statements,
+            self.fill(subject["ask"][0], svc),
+            self.fill(subject["noun"], svc),
+        )
+
+
+_TWO_FACT_OPENERS = [
+    "Before tonight's maintenance I need two things: {a}, and {b}. Can you remind me?",
+    "Quick double check for the runbook: {a} and {b}?",
+    "For the handover doc I'm missing {a} and also {b}.",
+]
+
+
 def plan(
     rng: random.Random, conversations: int, turns: int, counts: dict[str, int]
 ) -> tuple[list[Fact], list[Question]]:
     """The facts (with the turns they are stated in) and the questions."""
-    pool = [(s, svc) for s in SUBJECTS for svc in SERVICES] + [(s, None) for s in PERSONAL]
-    rng.shuffle(pool)
-    personal_left = {s["id"] for s in PERSONAL}
-    used_values: set[str] = set()
-
-    def value(kind: str) -> str:
-        while True:
-            v = VALUES[kind](rng)
-            if v not in used_values:
-                used_values.add(v)
-                return v
-
-    def fill(template: str, svc: str | None, v: str = "") -> str:
-        return template.format(svc=svc or "", person=rng.choice(COLLEAGUES), v=v)
-
+    p = _Planner(rng, conversations, turns)
+    total = p.total
     facts: list[Fact] = []
     questions: list[Question] = []
-    total = conversations * turns
-
-    # Evidence turns spread over the whole history, never in the last exchanges before the questions.
-    def turn_at(position: int) -> tuple[int, int]:
-        return divmod(min(position, total - 3), turns)
-
-    def take(changed: bool) -> Fact:
-        while True:
-            subject, svc = pool.pop()
-            if svc is None and subject["id"] not in personal_left:
-                continue
-            personal_left.discard(subject["id"])
-            break
-        values = [value(subject["value"])]
-        statements = [fill(rng.choice(subject["state"]), svc, values[0])]
-        if changed:
-            values.append(value(subject["value"]))
-            statements.append(fill(rng.choice(subject["update"]), svc, values[1]))
-        return Fact(
-            subject["id"], values, statements, fill(subject["ask"][0], svc), fill(subject["noun"], svc)
-        )
-
     for _ in range(counts["single"]):
-        fact = take(changed=False)
-        fact.turns = [turn_at(rng.randrange(total - 3))]
+        fact = p.take(changed=False)
+        fact.turns = [p.turn_at(rng.randrange(total - 3))]
         facts.append(fact)
         questions.append(Question("single", fact.ask, [fact.values[0]]))
     for _ in range(counts["changed"]):
-        fact = take(changed=True)
+        fact = p.take(changed=True)
         first = rng.randrange(total // 2)
         second = rng.randrange(first + turns // 3, total - 3)
-        fact.turns = [turn_at(first), turn_at(second)]
+        fact.turns = [p.turn_at(first), p.turn_at(second)]
         facts.append(fact)
         questions.append(Question("changed", fact.ask, [fact.values[1]], [fact.values[0]]))
-    openers = [
-        "Before tonight's maintenance I need two things: {a}, and {b}. Can you remind me?",
-        "Quick double check for the runbook: {a} and {b}?",
-        "For the handover doc I'm missing {a} and also {b}.",
-    ]
     for _ in range(counts["two"]):
-        a, b = take(changed=False), take(changed=False)
+        a, b = p.take(changed=False), p.take(changed=False)
         for fact in (a, b):
-            fact.turns = [turn_at(rng.randrange(total - 3))]
+            fact.turns = [p.turn_at(rng.randrange(total - 3))]
             facts.append(fact)
-        text = rng.choice(openers).format(a=a.noun, b=b.noun)
+        text = rng.choice(_TWO_FACT_OPENERS).format(a=a.noun, b=b.noun)
         questions.append(Question("two facts", text[0].upper() + text[1:], [a.values[0], b.values[0]]))
     return facts, questions
 
