@@ -1,5 +1,6 @@
 """REST endpoints: the context call, agent profiles and their assignment to conversations."""
 
+import time
 from typing import Any
 
 from django.conf import settings
@@ -21,6 +22,7 @@ from context.serializers import (
 )
 from conversations.selectors import access_conversation
 from prefix_cache.rendering import FORMATS
+from prefix_cache.services import context_call_record
 from tenants.api import (
     CONFLICT_RESPONSES,
     StrictBooleanField,
@@ -102,6 +104,7 @@ class ContextApi(APIView):
     def post(self, request: Any, conversation_id: str) -> Response:
         conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
         data = validated(self.InputSerializer, request.data)
+        started = time.perf_counter()
         state = context_assemble(
             conversation=conversation,
             request=ContextRequest(
@@ -115,7 +118,14 @@ class ContextApi(APIView):
                 agent_profile_id=data.get("agent_profile"),
             ),
         )
-        return Response(context_payload(state))
+        payload = context_payload(state)
+        # The dashboard's latency and degradation charts per tenant (prefix_cache.ContextCallHour).
+        context_call_record(
+            tenant_id=conversation.tenant_id,
+            milliseconds=(time.perf_counter() - started) * 1000,
+            degradation_codes=[d["code"] for d in state.degradations],
+        )
+        return Response(payload)
 
 
 class AgentProfileListCreateApi(APIView):

@@ -1,5 +1,7 @@
-"""Admin: prefix hints, cache usage rows and the cache dashboard (hit rate over time, predicted vs actual)."""
+"""Admin: prefix hints, cache usage rows and the cache dashboard (hit rate over time, predicted vs actual,
+and per tenant the charts of #18 item 8)."""
 
+from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin
@@ -9,9 +11,12 @@ from django.db.models.functions import TruncDate
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path
+from django.utils import timezone
 
+from prefix_cache.context_stats import context_call_days, degradation_days
 from prefix_cache.models import CacheUsage, PrefixHint
 from prefix_cache.selectors import cache_stats
+from prefix_cache.services import CONTEXT_STATS_DAYS
 from tenants.admin_scoping import ALL_ROLES, AppendOnlyAdmin, member_tenant_ids
 from tenants.models import Tenant
 
@@ -76,6 +81,8 @@ class CacheUsageAdmin(ReadOnlyScopedAdmin):
         context = {
             **self.admin_site.each_context(request),
             **(dashboard_charts(tenant, days) if tenant else {}),
+            **(context_call_charts(tenant) if tenant else {}),
+            "stats_days": CONTEXT_STATS_DAYS,
             "title": "Prefix cache dashboard",
             "tenants": tenants,
             "tenant": tenant,
@@ -156,3 +163,28 @@ def dashboard_charts(tenant: Tenant, days: list[dict[str, Any]]) -> dict[str, An
         if storage
         else None,
     }
+
+
+# The degradations chart draws this many codes by name (the palette's colours) and adds up the rest.
+DEGRADATION_SERIES = len(PALETTE) - 1
+
+
+def context_call_charts(tenant: Tenant) -> dict[str, Any]:
+    """The tenant's context calls a day from the hourly rollups: latency p50 and p95 (milliseconds), and
+    the calls that took each fallback, by degradation code (the most frequent by name, then "other")."""
+    since = timezone.now() - timedelta(days=CONTEXT_STATS_DAYS)
+    calls = context_call_days(tenant=tenant, since=since)
+    if not calls:
+        return {"latency_chart": None, "degradations_chart": None}
+    labels = [str(row["day"]) for row in calls]
+    latency = line_chart(
+        labels,
+        {"p50 (ms)": [row["p50"] or 0 for row in calls], "p95 (ms)": [row["p95"] or 0 for row in calls]},
+    )
+    by_code = degradation_days(tenant=tenant, since=since)
+    named = list(by_code.items())[:DEGRADATION_SERIES]
+    rest = list(by_code.values())[DEGRADATION_SERIES:]
+    series = {code: [per_day.get(row["day"], 0) for row in calls] for code, per_day in named}
+    if rest:
+        series["other"] = [sum(per_day.get(row["day"], 0) for per_day in rest) for row in calls]
+    return {"latency_chart": latency, "degradations_chart": line_chart(labels, series) if series else None}

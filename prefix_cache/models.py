@@ -1,5 +1,6 @@
-"""PrefixHint (which prompt prefixes a tenant has sent, per layout level) and CacheUsage (predicted vs
-actual cached tokens, one row per context call, completed when the provider's usage comes back)."""
+"""PrefixHint (which prompt prefixes a tenant has sent, per layout level), CacheUsage (predicted vs
+actual cached tokens, one row per context call, completed when the provider's usage comes back), and the
+hourly rollups of context calls (latency, degradations) the dashboard draws."""
 
 import uuid
 
@@ -67,3 +68,63 @@ class CacheUsage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model} {self.cached_tokens}/{self.prompt_tokens}"
+
+
+# Upper edges (milliseconds) of the context-call latency histogram; a call over the last edge counts in
+# `ms_over`. Percentiles are read from it by interpolating inside a bucket (selectors.latency_percentile).
+LATENCY_EDGES_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+
+
+def latency_bucket_field(milliseconds: float) -> str:
+    """The histogram column a call of this duration counts in."""
+    edge = next((e for e in LATENCY_EDGES_MS if milliseconds <= e), None)
+    return f"ms_le_{edge}" if edge is not None else "ms_over"
+
+
+class ContextCallHour(models.Model):
+    """A tenant's context calls in one hour: how many, and how long they took as a fixed histogram, from
+    which the dashboard reads p50 and p95. One row per tenant and hour, bumped by each call with F()."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="context_call_hours")
+    hour = models.DateTimeField(help_text="Start of the hour (UTC).")
+    calls = models.PositiveIntegerField(default=0)
+    latency_ms_sum = models.FloatField(default=0)
+    latency_ms_max = models.FloatField(default=0)
+    ms_le_1 = models.PositiveIntegerField(default=0)
+    ms_le_2 = models.PositiveIntegerField(default=0)
+    ms_le_5 = models.PositiveIntegerField(default=0)
+    ms_le_10 = models.PositiveIntegerField(default=0)
+    ms_le_20 = models.PositiveIntegerField(default=0)
+    ms_le_50 = models.PositiveIntegerField(default=0)
+    ms_le_100 = models.PositiveIntegerField(default=0)
+    ms_le_200 = models.PositiveIntegerField(default=0)
+    ms_le_500 = models.PositiveIntegerField(default=0)
+    ms_le_1000 = models.PositiveIntegerField(default=0)
+    ms_le_2000 = models.PositiveIntegerField(default=0)
+    ms_le_5000 = models.PositiveIntegerField(default=0)
+    ms_le_10000 = models.PositiveIntegerField(default=0)
+    ms_over = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "hour"], name="contextcallhour_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H}:00 {self.calls} calls"
+
+
+class DegradationHour(models.Model):
+    """How many of a tenant's context calls in one hour took a fallback, by degradation code (a call counts
+    once per code it reported)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="degradation_hours")
+    hour = models.DateTimeField(help_text="Start of the hour (UTC).")
+    code = models.CharField(max_length=64)
+    count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "hour", "code"], name="degradationhour_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H}:00 {self.code} x{self.count}"

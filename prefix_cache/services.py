@@ -1,19 +1,36 @@
-"""Writes: PrefixHint bookkeeping and CacheUsage (predicted on assembly, actual when usage arrives)."""
+"""Writes: PrefixHint bookkeeping, CacheUsage (predicted on assembly, actual when usage arrives) and the
+hourly rollups of context calls the dashboard draws."""
 
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
 
-from django.db import transaction
-from django.db.models import F, Q
+from django.db import DatabaseError, IntegrityError, models, transaction
+from django.db.models import F, FloatField, Q, Value
+from django.db.models.functions import Greatest
 from django.utils import timezone
 from rest_framework import status
 
 from conversations.models import Conversation
-from prefix_cache.models import CacheUsage, PrefixHint
+from prefix_cache.models import (
+    CacheUsage,
+    ContextCallHour,
+    DegradationHour,
+    PrefixHint,
+    latency_bucket_field,
+)
 from prefix_cache.usage import usage_parse
 from providers.metrics import cache_usage_observe
 from providers.model_table import model_info
 from tenants.errors import ApplicationError
 from tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
+
+# Hourly context-call rollups older than this are deleted by the daily prune (prefix_cache.tasks).
+CONTEXT_STATS_DAYS = 90
 
 
 @dataclass(frozen=True)
@@ -143,3 +160,64 @@ def cache_usage_report(
         cached_tokens=row.cached_tokens,
     )
     return row
+
+
+# --- Context-call rollups (#18 item 8): latency and degradations per tenant and hour ---------------------
+
+
+def _bump(
+    model: type[models.Model], key: dict[str, Any], increments: dict[str, Any], first: dict[str, Any]
+) -> None:
+    """Add to the counters of the row at `key`, creating it with `first` when it is missing. Race-safe on
+    SQLite and PostgreSQL alike: the UPDATE is atomic in the database, and a creation that loses to another
+    process's (the unique key) falls back to the UPDATE."""
+    if model._default_manager.filter(**key).update(**increments):
+        return
+    try:
+        with transaction.atomic():
+            model._default_manager.create(**key, **first)
+            return
+    except IntegrityError:
+        pass
+    model._default_manager.filter(**key).update(**increments)
+
+
+def context_call_record(
+    *, tenant_id: Any, milliseconds: float, degradation_codes: Iterable[str], at: datetime | None = None
+) -> None:
+    """Count one finished context call in its tenant's hour: one UPDATE once the hour's row exists, and one
+    more per degradation code the call reported. Statistics never fail the call they describe: a database
+    error here is logged and the call answers as usual."""
+    hour = (at or timezone.now()).replace(minute=0, second=0, microsecond=0)
+    ms = round(max(milliseconds, 0.0), 3)
+    bucket = latency_bucket_field(ms)
+    try:
+        with transaction.atomic():
+            _bump(
+                ContextCallHour,
+                {"tenant_id": tenant_id, "hour": hour},
+                {
+                    "calls": F("calls") + 1,
+                    bucket: F(bucket) + 1,
+                    "latency_ms_sum": F("latency_ms_sum") + ms,
+                    "latency_ms_max": Greatest(F("latency_ms_max"), Value(ms, output_field=FloatField())),
+                },
+                {"calls": 1, bucket: 1, "latency_ms_sum": ms, "latency_ms_max": ms},
+            )
+            for code in sorted(set(degradation_codes)):
+                _bump(
+                    DegradationHour,
+                    {"tenant_id": tenant_id, "hour": hour, "code": code[:64]},
+                    {"count": F("count") + 1},
+                    {"count": 1},
+                )
+    except DatabaseError:
+        logger.warning("context call statistics not recorded for tenant %s", tenant_id, exc_info=True)
+
+
+def context_stats_prune(*, now: datetime | None = None, days: int = CONTEXT_STATS_DAYS) -> int:
+    """Delete context-call rollups older than `days`; returns the rows deleted."""
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    calls, _ = ContextCallHour.objects.filter(hour__lt=cutoff).delete()
+    degradations, _ = DegradationHour.objects.filter(hour__lt=cutoff).delete()
+    return calls + degradations

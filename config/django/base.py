@@ -238,6 +238,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "memory.tasks.state_fold_periodic",
         "schedule": env_int("MNEMO_STATE_FOLD_SECONDS", 60, minimum=5),
     },
+    # The dashboard's hourly context-call rollups past their 90 days.
+    "prefix-cache-context-stats-prune": {
+        "task": "prefix_cache.tasks.context_stats_prune",
+        "schedule": 24 * 60 * 60,
+    },
 }
 # Task state: fold a conversation's events into its base once this many are pending or the oldest is this old.
 # The memory agent runs this long after the exchange that queued it, for every exchange completed meanwhile.
