@@ -352,7 +352,6 @@ def b6_text(conversation, after_seq: int) -> str:
 def run(args: argparse.Namespace) -> dict:
     from conversations.models import Message
     from conversations.services import conversation_create, message_append_batch
-    from providers.summariser import SourceMessage, summarise
     from providers.tokens import count_text
     from summaries.selectors import history_start_seq, segment_prompt_text, segments_live
     from summaries.services import compaction_run
@@ -381,14 +380,12 @@ def run(args: argparse.Namespace) -> dict:
             f"compaction {k + 1}: messages {outcome.start_seq}–{outcome.end_seq}, {outcome.source}, "
             f"{len(outcome.rollups)} roll-up(s), B4 {b4_tokens} tokens, {times[-1]:.0f} ms"
         )
-        # The baseline compacts the same range, folding its previous summary in, at the same token spend.
-        raw = Message.objects.filter(
-            conversation=conversation, kind="message", seq__gt=cut_before, seq__lte=outcome.end_seq
-        ).order_by("seq")
-        sources = [SourceMessage(seq=0, role="system", text=baseline_summary)] if baseline_summary else []
-        sources += [SourceMessage(seq=m.seq, role=m.role, text=m.content) for m in raw]
-        baseline_summary = summarise(
-            sources, target_tokens=b4_tokens, count_tokens=lambda t: count_text(t, model="gpt-4o")
+        baseline_summary = summary_of_summary(
+            conversation,
+            baseline_summary,
+            after_seq=cut_before,
+            to_seq=outcome.end_seq,
+            target_tokens=b4_tokens,
         )
 
     cut = history_start_seq(conversation)
@@ -410,6 +407,25 @@ def run(args: argparse.Namespace) -> dict:
         "facts_checked": sum(s.facts_checked for s in live),
         "facts_missing": sum(s.facts_missing for s in live),
     }
+
+
+def summary_of_summary(
+    conversation, previous: str, *, after_seq: int, to_seq: int, target_tokens: int
+) -> str:
+    """The baseline: it compacts the same range as Mnemo did, folding its previous summary in, at the same
+    token spend."""
+    from conversations.models import Message
+    from providers.summariser import SourceMessage, summarise
+    from providers.tokens import count_text
+
+    raw = Message.objects.filter(
+        conversation=conversation, kind="message", seq__gt=after_seq, seq__lte=to_seq
+    ).order_by("seq")
+    sources = [SourceMessage(seq=0, role="system", text=previous)] if previous else []
+    sources += [SourceMessage(seq=m.seq, role=m.role, text=m.content) for m in raw]
+    return summarise(
+        sources, target_tokens=target_tokens, count_tokens=lambda t: count_text(t, model="gpt-4o")
+    )
 
 
 def _pct(x: float) -> str:

@@ -521,6 +521,25 @@ def _target_checks(series: list[Series], baseline: Series | None) -> list[tuple[
     return checks
 
 
+def context_lines(
+    args: argparse.Namespace, series: list[Series], pg_version: str, *, load: tuple[float, float]
+) -> list[str]:
+    """The header's lines on what was measured and how busy the machine was."""
+    from providers.embeddings import embedder_status
+
+    loads = ", ".join(f"{s.size:,} in {s.load_seconds:.1f}s" for s in series)
+    model = embedder_status().embedder
+    vectors = f"retrieval vectors of every message ({model.name})" if model else "no embedding model"
+    return [
+        f"{pg_version} on this machine; in-process context call (assemble + payload + JSON), "
+        f"model {MODEL}, default budget, openai format",
+        f"{args.calls} timed calls per size after {args.warmup} warm-up calls, interleaved; "
+        f"seed {args.seed!r}; loaded with bulk_create: {loads}; {vectors}",
+        # The database and everything else on the machine share its cores: say how busy it was.
+        f"1-minute load average {load[0]:.1f} before timing, {load[1]:.1f} after",
+    ]
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -586,19 +605,7 @@ def main() -> int:
             query_breakdown(tenant, s, calls=20 if args.profile else 1, show=args.profile)
         if args.profile:
             profile_calls(tenant, series[-1], calls=min(args.calls, 100))
-        loads = ", ".join(f"{s.size:,} in {s.load_seconds:.1f}s" for s in series)
-        from providers.embeddings import embedder_status
-
-        model = embedder_status().embedder
-        vectors = f"retrieval vectors of every message ({model.name})" if model else "no embedding model"
-        context = [
-            f"{pg_version} on this machine; in-process context call (assemble + payload + JSON), "
-            f"model {MODEL}, default budget, openai format",
-            f"{args.calls} timed calls per size after {args.warmup} warm-up calls, interleaved; "
-            f"seed {args.seed!r}; loaded with bulk_create: {loads}; {vectors}",
-            # The database and everything else on the machine share its cores: say how busy it was.
-            f"1-minute load average {load_before:.1f} before timing, {load_after:.1f} after",
-        ]
+        context = context_lines(args, series, pg_version, load=(load_before, load_after))
         text, ok = report(series, floor, args, context)
     print(text)
     log(f"run took {time.perf_counter() - started:.0f}s")
