@@ -8,6 +8,7 @@ exist), and a concurrent duplicate meets the unique key."""
 
 import hashlib
 from dataclasses import dataclass
+from json.encoder import encode_basestring  # the C escaper json.dumps uses (ensure_ascii=False)
 from typing import Any
 
 from conversations.models import Conversation, Message
@@ -19,9 +20,16 @@ _ROOT = "mnemo-proxy"
 
 
 def message_hash(item: dict[str, Any]) -> str:
-    return hashlib.sha256(
-        canonical_json({"r": item["role"], "c": item["content"], "p": item["parts"]}).encode()
-    ).hexdigest()
+    """sha256 of canonical_json({"r": role, "c": content, "p": parts}). A text message's JSON is spelled out
+    (sorted keys, no spaces: the same bytes) rather than built by json.dumps, whose per-call encoder set-up
+    was half the time of hashing a whole list of short messages. The keys stored from these hashes must never
+    change: a conversation's stored prefix would stop matching and its history be appended again."""
+    content, role = item["content"], item["role"]
+    if not item["parts"] and isinstance(content, str) and isinstance(role, str):
+        text = f'{{"c":{encode_basestring(content)},"p":[],"r":{encode_basestring(role)}}}'
+    else:
+        text = canonical_json({"r": role, "c": content, "p": item["parts"]})
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def chain_keys(items: list[dict[str, Any]], *, start: int = 0, chain: str = _ROOT) -> list[str]:
