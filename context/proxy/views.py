@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -53,11 +54,27 @@ def _prepare(request: HttpRequest, parse: Callable[..., ProxyRequest]) -> Prepar
     )
 
 
+# A \uD800-\uDFFF escape: JSON lets one stand alone, which decodes to a str that cannot be stored or hashed.
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def _json(request: HttpRequest) -> Any:
+    raw = request.body or b"null"
     try:
-        return json.loads(request.body or b"null")
+        body = json.loads(raw)
     except ValueError:
         raise ProxyError("The request body is not valid JSON.", code="malformed_json", status=400) from None
+    # Only a body with such an escape pays for the check (a pair, an emoji escaped, decodes to one character).
+    if _ESCAPED_SURROGATE.search(raw):
+        try:
+            json.dumps(body, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise ProxyError(
+                "The request body's text is not valid Unicode (an escaped UTF-16 surrogate, unpaired).",
+                code="invalid_request",
+                status=400,
+            ) from None
+    return body
 
 
 async def _proxy(request: HttpRequest, parse: Callable[..., ProxyRequest], fmt: str) -> HttpResponseBase:

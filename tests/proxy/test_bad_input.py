@@ -27,6 +27,13 @@ OPENAI_CASES = [
         None,
     ),
     (json.dumps({"model": "gpt-4o", "stream": "yes", "messages": HI}).encode(), "invalid_request", "stream"),
+    # An unpaired surrogate escape: valid JSON, but not text (it was a 500 when the proxy hashed it).
+    (
+        b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "a \\ud800 b"}]}',
+        "invalid_request",
+        None,
+    ),
+    (b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "\\udc00"}]}', "invalid_request", None),
 ]
 CLAUDE = "claude-3-5-sonnet"
 ANTHROPIC_CASES = [
@@ -39,7 +46,21 @@ ANTHROPIC_CASES = [
         "invalid_request",
     ),
     (json.dumps({"model": CLAUDE, "max_tokens": 9, "system": 5, "messages": HI}).encode(), "invalid_request"),
+    (
+        b'{"model": "%s", "max_tokens": 9, "messages": [{"role": "user", "content": "\\uD83D"}]}'
+        % CLAUDE.encode(),
+        "invalid_request",
+    ),
 ]
+
+
+def test_an_escaped_pair_is_text_not_a_bad_request(owner, mnemo_url, llm_server):
+    """An emoji escaped as a surrogate pair (as ensure_ascii JSON writers send it) is one character."""
+    body = b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "smile \\ud83d\\ude00"}]}'
+    headers = {"Authorization": f"Bearer {owner.raw_key}", "Content-Type": "application/json"}
+    response = httpx.post(f"{mnemo_url}/v1/chat/completions", content=body, headers=headers, timeout=30)
+    assert response.status_code == 200
+    assert Message.objects.filter(role="user", content="smile \U0001f600").exists()
 
 
 def nothing_happened(owner, llm_server):
