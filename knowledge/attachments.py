@@ -35,6 +35,7 @@ NAME_CANDIDATES_LIMIT = 300
 SUMMARY_TOKENS = 60
 DESCRIPTION_TOKENS = 250
 OUTLINE_ITEMS = 12
+OUTLINE_CHUNKS = 60
 IMAGE_ID = re.compile(r"\bimg_[0-9a-zA-Z]{6,64}\b")
 
 
@@ -145,20 +146,23 @@ def _document_candidates(query: AttachmentQuery) -> tuple[list[Document], int]:
 
 def _documents(query: AttachmentQuery, reply_at: Any) -> tuple[list[Attachment], int]:
     rows, skipped = _document_candidates(query)
-    out = []
+    found = []
     for document in rows:
         priority, reason = _document_priority(document, query, reply_at)
         attachment = Attachment(
-            kind="document",
-            id=str(document.pk),
-            name=document.name,
-            priority=priority,
-            reason=reason,
-            created_at=document.created_at,
+            "document", str(document.pk), document.name, priority, reason, document.created_at
         )
-        attachment.texts = _document_texts(document, query, with_content=priority == "P0")
-        out.append(attachment)
-    return out, skipped
+        found.append((document, attachment))
+    # Outlines and openings of every document shown above its name, in two queries whatever their number.
+    described = [d.pk for d, a in found if a.priority != "P3" and d.status == Document.Status.READY]
+    outlines, openings = _outlines(described), _openings(described)
+    for document, attachment in found:
+        attachment.texts = _document_texts(
+            document, query, outline=outlines.get(document.pk, ""), opening=openings.get(document.pk, "")
+        )
+        if attachment.priority == "P0" and document.status == Document.Status.READY:
+            attachment.texts["content"] = _document_content(document, query)
+    return [attachment for _, attachment in found], skipped
 
 
 def _header(document: Document) -> str:
@@ -176,41 +180,43 @@ def _header(document: Document) -> str:
     return f"{document.name} ({', '.join(parts)})"
 
 
-def _outline(chunks: QuerySet[Chunk]) -> str:
-    """Headings (documents) or files and symbols (code), in order, without repeats."""
-    seen: dict[str, None] = {}
-    for heading, sheet, path, symbol in chunks.values_list("heading", "sheet", "path", "symbol")[:500]:
-        label = heading or sheet or symbol or ""
-        if path and symbol:
-            label = f"{path}: {symbol}"
-        if label and label not in seen:
+def _outlines(document_ids: list[Any]) -> dict[Any, str]:
+    """Per document, the headings (documents) or files and symbols (code) of its first OUTLINE_CHUNKS
+    chunks, in order, without repeats."""
+    labels: dict[Any, dict[str, None]] = {}
+    rows = (
+        Chunk.objects.filter(document_id__in=document_ids, ordinal__lt=OUTLINE_CHUNKS)
+        .order_by("document_id", "ordinal")
+        .values_list("document_id", "heading", "sheet", "path", "symbol")
+    )
+    for document_id, heading, sheet, path, symbol in rows:
+        seen = labels.setdefault(document_id, {})
+        label = f"{path}: {symbol}" if path and symbol else heading or sheet or symbol
+        if label and len(seen) < OUTLINE_ITEMS:
             seen[label] = None
-        if len(seen) >= OUTLINE_ITEMS:
-            break
-    return "; ".join(seen)
+    return {document_id: "; ".join(seen) for document_id, seen in labels.items()}
 
 
-def _document_texts(document: Document, query: AttachmentQuery, *, with_content: bool) -> dict[str, str]:
-    header = _header(document)
-    chunks = Chunk.objects.filter(document=document).order_by("ordinal")
-    ready = document.status == Document.Status.READY
-    outline = _outline(chunks) if ready else ""
-    opening = chunks.values_list("content", flat=True).first() if ready else None
-    model = query.model
-    summary_body = truncate_text(outline or (opening or ""), SUMMARY_TOKENS, model=model)
-    texts = {
-        "name": f"- {document.name}{_elsewhere(document, query)}",
-        "summary": f"- {header}" + (f": {summary_body}" if summary_body else ""),
-    }
+def _openings(document_ids: list[Any]) -> dict[Any, str]:
+    rows = Chunk.objects.filter(document_id__in=document_ids, ordinal=0).values_list("document_id", "content")
+    return {document_id: content.strip() for document_id, content in rows}
+
+
+def _document_texts(
+    document: Document, query: AttachmentQuery, *, outline: str, opening: str
+) -> dict[str, str]:
+    header, model = _header(document), query.model
+    summary_body = truncate_text(outline or opening, SUMMARY_TOKENS, model=model)
     lines = [f"- {header}"]
     if outline:
         lines.append(f"  Contents: {outline}")
     if opening:
-        lines.append("  " + truncate_text(opening.strip(), DESCRIPTION_TOKENS, model=model))
-    texts["description"] = "\n".join(lines)
-    if with_content and ready:
-        texts["content"] = _document_content(document, chunks, header=header, query=query)
-    return texts
+        lines.append("  " + truncate_text(opening, DESCRIPTION_TOKENS, model=model))
+    return {
+        "name": f"- {document.name}{_elsewhere(document, query)}",
+        "summary": f"- {header}" + (f": {summary_body}" if summary_body else ""),
+        "description": "\n".join(lines),
+    }
 
 
 def _elsewhere(document: Document, query: AttachmentQuery) -> str:
@@ -221,13 +227,15 @@ def _elsewhere(document: Document, query: AttachmentQuery) -> str:
     return f" (earlier conversation, {document.created_at.date().isoformat()})"
 
 
-def _document_content(
-    document: Document, chunks: QuerySet[Chunk], *, header: str, query: AttachmentQuery
-) -> str:
+def _document_content(document: Document, query: AttachmentQuery) -> str:
     """The document's text in order, up to content_tokens (consecutive chunks overlap a little; the overlap
     is kept rather than guessed away). Pages are marked where they change."""
-    lines, used, page = [f"- {header}"], 0, None
-    rows = chunks.values_list("content", "token_count", "page")
+    lines, used, page = [f"- {_header(document)}"], 0, None
+    rows = (
+        Chunk.objects.filter(document=document)
+        .order_by("ordinal")
+        .values_list("content", "token_count", "page")
+    )
     for content, tokens, chunk_page in rows.iterator(chunk_size=50):
         if used + tokens > query.content_tokens:
             left = document.token_count - used

@@ -247,3 +247,29 @@ def test_a_client_description_is_used_and_an_image_is_found_by_its_id(owner, out
     assert (item["priority"], item["reason"], item["described"]) == ("P1", "referenced", "client")
     assert "Invoice #4411 from ACME, total 312.50 EUR" in section(body)
     assert foreign_id not in by_name(body) and foreign_id not in section(body)
+
+
+def _queries_of_a_context_call(owner, conversation) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    # Retrieval off: its hits (and their reads) vary with the documents; the decay stage's may not.
+    question = {"user_message": "Anything new?", "retrieval": {"enabled": False}}
+    context(owner, conversation, **question)  # a first call of a conversation sets things up
+    with CaptureQueriesContext(connection) as queries:
+        body = context(owner, conversation, **question)
+    assert attachments(body)
+    return len(queries.captured_queries)
+
+
+def test_the_queries_do_not_grow_with_the_attachments(owner, conversation):
+    earlier = conversation_create(tenant=owner.tenant, end_user_external_id="alice", title="Earlier")
+    upload(owner, ("a.md", NOTES), conversation=str(conversation.pk))
+    upload(owner, ("b.md", PLAN), conversation=str(earlier.pk))
+    exchange(conversation)
+    few = _queries_of_a_context_call(owner, conversation)
+    for n in range(8):
+        upload(owner, (f"more-{n}.md", PLAN + f"\n{n}".encode()), conversation=str(conversation.pk))
+        upload(owner, (f"old-{n}.md", NOTES + f"\n{n}".encode()), conversation=str(earlier.pk))
+    exchange(conversation, "and now")
+    assert _queries_of_a_context_call(owner, conversation) == few
