@@ -61,9 +61,13 @@ class Entry:
 def attachments_decay(state: ContextState) -> None:
     """The decay stage (context/pipeline.py)."""
     allowance = decay_allowance(state)
-    entries = _entries(state, content_tokens=allowance)
+    shown = _shown_image_ids(state)
+    entries = _entries(state, content_tokens=allowance, shown=shown)
     _fit(entries, allowance=allowance, model=state.model, dropped=state.dropped)
     kept = sorted((e for e in entries if e.level is not None), key=lambda e: e.order)
+    # A retrieved image (knowledge.retrieval) the prompt already shows, or describes here, is not repeated.
+    described = {e.source["id"] for e in kept if e.level in ("content", "description") and "id" in e.source}
+    state.candidates = [c for c in state.candidates if c.source.get("image", "") not in shown | described]
     state.layout.attachments = [
         Item(text=e.texts[e.level], tokens=_tokens(e, state.model), source={**e.source, "level": e.level})
         for e in kept
@@ -106,7 +110,7 @@ def _request_entry(index: int, attachment: dict[str, Any]) -> Entry:
     return Entry("P0", (0, -1.0, index), texts, source, start)
 
 
-def _entries(state: ContextState, *, content_tokens: int) -> list[Entry]:
+def _entries(state: ContextState, *, content_tokens: int, shown: set[str]) -> list[Entry]:
     sent = state.request.attachments
     # A name sent alone re-attaches a stored attachment (P1, its stored description); sent with content or
     # a description it is this turn's own, and a stored one of the same name is not listed twice.
@@ -119,7 +123,7 @@ def _entries(state: ContextState, *, content_tokens: int) -> list[Entry]:
             model=state.model,
             current_message_id=state.request.user_message_id,
             history_until=state.history_until,
-            shown_image_ids=frozenset(_shown_image_ids(state)),
+            shown_image_ids=frozenset(shown),
             reattached=frozenset(bare),
             content_tokens=max(0, content_tokens),
         )
@@ -151,11 +155,23 @@ def _entries(state: ContextState, *, content_tokens: int) -> list[Entry]:
 
 
 def _shown_image_ids(state: ContextState) -> set[str]:
-    """Images whose pixels the history shows (not duplicates, not compacted to a placeholder)."""
+    """Images whose pixels the history will show (not duplicates, not compacted to a placeholder), in the
+    messages the budget stage will keep: all of B6 when it fits its allowance, else (as the window cut does)
+    the newest exchange and what fits the share of the allowance a cut keeps."""
+    from context.pipeline import WINDOW_REFILL  # the pipeline imports this module
     from conversations.parts import iter_image_parts
 
+    messages = state.layout.b6
+    if sum(m.token_count for m in messages) > state.history_allowance:
+        target, kept, newest = int(state.history_allowance * WINDOW_REFILL), 0, []
+        for message in reversed(messages):
+            if message.seq < state.protected_from_seq and kept + message.token_count > target:
+                break
+            kept += message.token_count
+            newest.append(message)
+        messages = newest
     shown = set()
-    for message in state.layout.b6:
+    for message in messages:
         for part in iter_image_parts(message.parts):
             if "image_id" in part and not part.get("duplicate_of") and not part.get("compacted"):
                 shown.add(part["image_id"])

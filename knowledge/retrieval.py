@@ -1,15 +1,28 @@
 """What the context pipeline's retrieve stage takes from knowledge: the chunks in the conversation's scope
-(tenant-wide, its end user's, its own) that answer the question, each as a cited text for B5 with the
-source fields the context response lists. The pipeline turns them into its own items (knowledge sits below
-prefix_cache and context and does not know their types)."""
+(tenant-wide, its end user's, its own) that answer the question, and the images of the conversation whose
+description (knowledge.vision) does, each as a cited text for B5 with the source fields the context response
+lists. The pipeline turns them into its own items (knowledge sits below prefix_cache and context and does
+not know their types)."""
 
+import math
+import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from cold_storage.models import ArchivedImage
 from conversations.models import Conversation
+from knowledge.identifiers import _stem
+from knowledge.models import ImageDescription
 from knowledge.search import knowledge_search
+from providers.text import SEARCH_STOPWORDS
 
 CANDIDATES = 8
+IMAGE_CANDIDATES = 4
+# The newest described images of a conversation searched (a computer-use session may hold thousands).
+IMAGE_CORPUS = 1000
+K1, B = 1.2, 0.75
+_WORD = re.compile(r"\w+", re.UNICODE)
 
 
 @dataclass(frozen=True)
@@ -22,8 +35,9 @@ class KnowledgeCandidate:
 def knowledge_candidates(
     *, conversation: Conversation, query: str, min_relevance: float, limit: int = CANDIDATES
 ) -> list[KnowledgeCandidate]:
-    """Chunks for B5, best first; those below `min_relevance` are not worth prompt tokens. Lexical only
-    without an embedding model (the retrieve stage reports that once, for every store)."""
+    """Chunks for B5, best first, then the conversation's images whose description answers; those below
+    `min_relevance` are not worth prompt tokens. Lexical only without an embedding model (the retrieve stage
+    reports that once, for every store)."""
     result = knowledge_search(
         tenant_id=conversation.tenant_id, query=query, conversation=conversation, limit=limit
     )
@@ -41,4 +55,63 @@ def knowledge_candidates(
             "rank_score": hit.score,
         }
         out.append(KnowledgeCandidate(f"[{hit.citation}] {chunk.content.strip()}", source, hit.relevance))
+    # Chunks keep their fused order; described images of the conversation follow.
+    return out + image_candidates(conversation=conversation, query=query, min_relevance=min_relevance)
+
+
+def _words(text: str) -> list[str]:
+    """Prose terms: lower-case words without stopwords (a description is prose, and a conversation holds too
+    few of them for IDF alone to push "the" down), stemmed."""
+    return [
+        _stem(w)
+        for w in _WORD.findall(text.lower())
+        if w not in SEARCH_STOPWORDS and (len(w) > 1 or w.isdigit())
+    ]
+
+
+def image_candidates(
+    *, conversation: Conversation, query: str, min_relevance: float, limit: int = IMAGE_CANDIDATES
+) -> list[KnowledgeCandidate]:
+    """Images of the conversation whose description holds the question's words, best first: BM25 over the
+    conversation's descriptions, as a share of what all the question's words could score (a word no
+    description holds counts against it), so "the dialog with the expired password" finds that screenshot."""
+    asked = set(_words(query))
+    if not asked:
+        return []
+    images = list(
+        ArchivedImage.objects.filter(conversation_id=conversation.pk, duplicate_of__isnull=True)
+        .order_by("-message_seq", "-part_index")
+        .values_list("id", "sha256", "message_seq")[:IMAGE_CORPUS]
+    )
+    texts = dict(
+        ImageDescription.objects.filter(
+            tenant_id=conversation.tenant_id, sha256__in={sha for _, sha, _ in images}
+        ).values_list("sha256", "text")
+    )
+    corpus = [(image_id, seq, texts[sha]) for image_id, sha, seq in images if sha in texts]
+    scored = _bm25_shares(asked, [Counter(_words(text)) for _, _, text in corpus])
+    out: list[KnowledgeCandidate] = []
+    for (image_id, seq, text), share in sorted(zip(corpus, scored, strict=True), key=lambda p: -p[1]):
+        if share < min_relevance or len(out) == limit:
+            break
+        citation = f"image {image_id}, message #{seq}"
+        source: dict[str, Any] = {"kind": "knowledge", "id": f"image:{image_id}", "image": image_id}
+        source.update(citation=citation, score=round(share, 4))
+        out.append(KnowledgeCandidate(f"[{citation}] {text.strip()}", source, share))
     return out
+
+
+def _bm25_shares(asked: set[str], documents: list[Counter[str]]) -> list[float]:
+    count = len(documents)
+    if not count:
+        return []
+    average = max(1.0, sum(sum(d.values()) for d in documents) / count)
+    frequency = Counter(term for d in documents for term in asked if term in d)
+    idf = {t: math.log(1 + (count - frequency[t] + 0.5) / (frequency[t] + 0.5)) for t in asked}
+    ceiling = sum(idf.values()) * (K1 + 1)
+    shares = []
+    for document in documents:
+        norm = K1 * (1 - B + B * sum(document.values()) / average)
+        score = sum(idf[t] * document[t] * (K1 + 1) / (document[t] + norm) for t in asked if t in document)
+        shares.append(score / ceiling)
+    return shares

@@ -273,3 +273,17 @@ def test_the_queries_do_not_grow_with_the_attachments(owner, conversation):
         upload(owner, (f"old-{n}.md", NOTES + f"\n{n}".encode()), conversation=str(earlier.pk))
     exchange(conversation, "and now")
     assert _queries_of_a_context_call(owner, conversation) == few
+
+
+def test_an_image_the_window_cut_leaves_out_in_this_very_call_is_an_attachment(owner, conversation):
+    from tests.context.helpers import exchanges
+
+    sent = post_message(
+        owner, conversation, {"role": "user", "content": "see", "parts": [image_part(frame(9))]}
+    )
+    append(conversation, {"role": "assistant", "content": "Seen."})
+    exchanges(conversation, 40, tokens=60)
+    body = context(owner, conversation, user_message="Where were we?", token_budget=1500)
+    assert any(d["block"] == "B6" for d in body["dropped"])  # this call moved the window past the image
+    item = by_name(body)[sent["parts"][0]["image_id"]]
+    assert (item["priority"], item["level"]) == ("P2", "summary")

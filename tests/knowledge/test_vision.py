@@ -176,3 +176,32 @@ def test_descriptions_are_per_tenant_and_go_with_the_last_image(
 )
 def test_models_known_to_read_images(model, reads):
     assert model_reads_images(model) is reads
+
+
+def test_a_described_image_is_found_by_what_it_showed(owner, conversation, llm_settings, llm_server):
+    from tests.context.helpers import append, exchanges
+
+    tenant_settings(owner, image_descriptions="on")
+    shown = {}
+    for seed, description in (
+        (7, "A terminal window: the backup job failed with 'disk quota exceeded' on /var/backups."),
+        (8, "A bar chart of monthly revenue for 2025, highest in November."),
+    ):
+        llm_server.reply = description
+        shown[seed] = send_image(owner, conversation, frame(seed), content="look")["parts"][0]["image_id"]
+        append(conversation, {"role": "assistant", "content": "Seen."})
+    exchanges(conversation, 40, tokens=60)  # the two images fall out of the window at a small budget
+    question = "Which backup job error about the disk quota came up?"
+    # With the whole history in view the pixels are there: neither an attachment nor a retrieved image.
+    body = context(owner, conversation, user_message=question, token_budget=100_000)
+    assert not [i for i in body["blocks"].get("B5", {}).get("items", []) if i.get("image")]
+    assert "attachments" not in body["blocks"]
+    # At a small budget the window moves past them: the matching one is retrieved by its description.
+    body = context(owner, conversation, user_message=question, token_budget=1500)
+    found = [i for i in body["blocks"]["B5"]["items"] if i.get("image")]
+    assert [i["image"] for i in found] == [shown[7]]
+    assert found[0]["citation"].startswith(f"image {shown[7]}, message #")
+    assert "'disk quota exceeded' on /var/backups" in body["messages"][-1]["content"]
+    # Out of the window, both are earlier attachments of this conversation: summarised (P2).
+    levels = {i["id"]: (i["priority"], i["level"]) for i in body["blocks"]["attachments"]["items"]}
+    assert levels == {shown[7]: ("P2", "summary"), shown[8]: ("P2", "summary")}
