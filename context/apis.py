@@ -22,7 +22,7 @@ from context.serializers import (
 )
 from conversations.selectors import access_conversation
 from prefix_cache.rendering import FORMATS
-from prefix_cache.services import context_call_record
+from prefix_cache.services import context_call_note
 from tenants.api import (
     CONFLICT_RESPONSES,
     StrictBooleanField,
@@ -120,7 +120,7 @@ class ContextApi(APIView):
         )
         payload = context_payload(state)
         # The dashboard's latency and degradation charts per tenant (prefix_cache.ContextCallHour).
-        context_call_record(
+        context_call_note(
             tenant_id=conversation.tenant_id,
             milliseconds=(time.perf_counter() - started) * 1000,
             degradation_codes=[d["code"] for d in state.degradations],

@@ -1,13 +1,18 @@
 """Writes: PrefixHint bookkeeping, CacheUsage (predicted on assembly, actual when usage arrives) and the
 hourly rollups of context calls the dashboard draws."""
 
+import atexit
 import logging
+import threading
+import time
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, IntegrityError, models, transaction
+from django.conf import settings
+from django.db import DatabaseError, IntegrityError, close_old_connections, models, transaction
 from django.db.models import F, FloatField, Q, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
@@ -185,34 +190,98 @@ def _bump(
 def context_call_record(
     *, tenant_id: Any, milliseconds: float, degradation_codes: Iterable[str], at: datetime | None = None
 ) -> None:
-    """Count one finished context call in its tenant's hour: one UPDATE once the hour's row exists, and one
-    more per degradation code the call reported. Statistics never fail the call they describe: a database
-    error here is logged and the call answers as usual."""
+    """Count one finished context call in its tenant's hour (written now; context_call_note buffers)."""
     hour = (at or timezone.now()).replace(minute=0, second=0, microsecond=0)
-    ms = round(max(milliseconds, 0.0), 3)
-    bucket = latency_bucket_field(ms)
+    _record_calls(tenant_id, hour, [(milliseconds, tuple(degradation_codes))])
+
+
+def _record_calls(tenant_id: Any, hour: datetime, calls: list[tuple[float, tuple[str, ...]]]) -> None:
+    """Add calls (milliseconds, degradation codes) to the tenant's hour: one UPDATE once the hour's row
+    exists, and one more per degradation code. Statistics never fail the call they describe: a database
+    error here is logged and dropped."""
+    durations = [round(max(ms, 0.0), 3) for ms, _ in calls]
+    buckets = Counter(latency_bucket_field(ms) for ms in durations)
+    codes = Counter(code[:64] for _, call_codes in calls for code in set(call_codes))
+    slowest = max(durations)
     try:
         with transaction.atomic():
             _bump(
                 ContextCallHour,
                 {"tenant_id": tenant_id, "hour": hour},
                 {
-                    "calls": F("calls") + 1,
-                    bucket: F(bucket) + 1,
-                    "latency_ms_sum": F("latency_ms_sum") + ms,
-                    "latency_ms_max": Greatest(F("latency_ms_max"), Value(ms, output_field=FloatField())),
+                    "calls": F("calls") + len(calls),
+                    **{field: F(field) + n for field, n in buckets.items()},
+                    "latency_ms_sum": F("latency_ms_sum") + sum(durations),
+                    "latency_ms_max": Greatest(
+                        F("latency_ms_max"), Value(slowest, output_field=FloatField())
+                    ),
                 },
-                {"calls": 1, bucket: 1, "latency_ms_sum": ms, "latency_ms_max": ms},
+                {"calls": len(calls), **buckets, "latency_ms_sum": sum(durations), "latency_ms_max": slowest},
             )
-            for code in sorted(set(degradation_codes)):
+            for code, n in sorted(codes.items()):
                 _bump(
                     DegradationHour,
-                    {"tenant_id": tenant_id, "hour": hour, "code": code[:64]},
-                    {"count": F("count") + 1},
-                    {"count": 1},
+                    {"tenant_id": tenant_id, "hour": hour, "code": code},
+                    {"count": F("count") + n},
+                    {"count": n},
                 )
     except DatabaseError:
         logger.warning("context call statistics not recorded for tenant %s", tenant_id, exc_info=True)
+
+
+class _CallBuffer:
+    """Context calls counted in this process and written together every MNEMO_CONTEXT_STATS_FLUSH_SECONDS
+    by a thread of their own (and at exit): a context call pays a dictionary update, not a committed write
+    that would wait for the database's write lock (SQLite's is shared with the background embedding runs).
+    A crash loses at most that many seconds of dashboard statistics."""
+
+    def __init__(self) -> None:
+        self._calls: dict[tuple[Any, datetime], list[tuple[float, tuple[str, ...]]]] = defaultdict(list)
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, tenant_id: Any, milliseconds: float, codes: tuple[str, ...]) -> None:
+        hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+        with self._lock:
+            self._calls[(tenant_id, hour)].append((milliseconds, codes))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="mnemo-context-stats", daemon=True)
+                self._thread.start()
+                atexit.register(self.flush)
+
+    def flush(self) -> None:
+        with self._lock:
+            pending, self._calls = self._calls, defaultdict(list)
+        for (tenant_id, hour), calls in pending.items():
+            _record_calls(tenant_id, hour, calls)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(settings.MNEMO_CONTEXT_STATS_FLUSH_SECONDS)
+            try:
+                close_old_connections()
+                self.flush()
+            except Exception:  # never let the thread die: the next round tries again
+                logger.exception("context call statistics flush failed")
+
+
+_buffer = _CallBuffer()
+
+
+def context_call_note(*, tenant_id: Any, milliseconds: float, degradation_codes: Iterable[str]) -> None:
+    """Count a finished context call for the dashboard: buffered in this process and written within
+    MNEMO_CONTEXT_STATS_FLUSH_SECONDS (0: written now, as the tests want)."""
+    if settings.MNEMO_CONTEXT_STATS_FLUSH_SECONDS <= 0:
+        context_call_record(
+            tenant_id=tenant_id, milliseconds=milliseconds, degradation_codes=degradation_codes
+        )
+        return
+    _buffer.add(tenant_id, milliseconds, tuple(degradation_codes))
+
+
+def context_calls_flush() -> None:
+    """Write what this process has buffered now (tests, and a process about to stop)."""
+    _buffer.flush()
 
 
 def context_stats_prune(*, now: datetime | None = None, days: int = CONTEXT_STATS_DAYS) -> int:

@@ -468,6 +468,9 @@ MNEMO_EMBEDDED_BEAT = env_bool("MNEMO_EMBEDDED_BEAT", default=True)
 MNEMO_EAGER_TASKS_IN_THREAD = env_bool("MNEMO_EAGER_TASKS_IN_THREAD", default=True)
 # Conversations whose whole-history retrieval index a server process keeps in memory (least recently used go).
 MNEMO_RECALL_INDEX_CONVERSATIONS = env_int("MNEMO_RECALL_INDEX_CONVERSATIONS", 64, minimum=1)
+# The dashboard's per-tenant context-call statistics are buffered in each server process and written every
+# this many seconds (0: written by each call).
+MNEMO_CONTEXT_STATS_FLUSH_SECONDS = env_int("MNEMO_CONTEXT_STATS_FLUSH_SECONDS", 10, minimum=0)
 # B6 (history since the last boundary) may grow to MNEMO_HISTORY_TOKEN_BUDGET (tenant: history_token_budget,
 # capped at 80 % of the model's window). A background compaction is queued at the BACKGROUND share, the
 # request path compacts synchronously at the TRIGGER share (or when the prompt would not fit); a compaction

@@ -19,7 +19,7 @@ from context.proxy.wire import ANTHROPIC, ProxyRequest
 from conversations.models import Conversation, Message
 from conversations.selectors import access_conversation
 from conversations.services import conversation_create, message_append_batch
-from prefix_cache.services import cache_usage_report
+from prefix_cache.services import cache_usage_report, context_call_note
 from providers.model_table import MODELS
 from tenants.errors import ApplicationError
 from tenants.models import Tenant
@@ -129,6 +129,12 @@ def proxy_prepare(*, tenant: Tenant, request: ProxyRequest, conversation_id: str
         context = _current(conversation)
         context.model, context.format = request.model, request.fmt
         state = context_assemble(conversation=conversation, request=context)
+        # The dashboard's latency and degradation charts count proxied context assembly too.
+        context_call_note(
+            tenant_id=tenant.pk,
+            milliseconds=(time.perf_counter() - appended) * 1000,
+            degradation_codes=[d["code"] for d in state.degradations],
+        )
     except ApplicationError as exc:
         raise ProxyError(exc.message, code=exc.code, status=exc.status_code) from None
     return Prepared(

@@ -14,7 +14,7 @@ from django.db.models import QuerySet
 from prefix_cache import tasks
 from prefix_cache.context_stats import BUCKET_FIELDS, context_call_days, degradation_days, latency_percentile
 from prefix_cache.models import ContextCallHour, DegradationHour, latency_bucket_field
-from prefix_cache.services import context_call_record, context_stats_prune
+from prefix_cache.services import context_call_record, context_calls_flush, context_stats_prune
 
 pytestmark = pytest.mark.django_db
 
@@ -189,3 +189,18 @@ def test_concurrent_calls_lose_no_count_on_postgresql(owner):
     assert (
         sum(DegradationHour.objects.filter(code="x").values_list("count", flat=True)) == threads * per_thread
     )
+
+
+def test_a_server_process_buffers_calls_and_writes_them_together(owner, conversation, settings):
+    settings.MNEMO_CONTEXT_STATS_FLUSH_SECONDS = 3600  # the flush thread does not run during the test
+    for _ in range(3):
+        assert context_call(owner, conversation).status_code == 200
+    assert not ContextCallHour.objects.filter(tenant=owner.tenant).exists()
+
+    context_calls_flush()
+
+    row = ContextCallHour.objects.get(tenant=owner.tenant)
+    assert row.calls == 3
+    assert sum(getattr(row, name) for name in BUCKET_FIELDS) == 3
+    context_calls_flush()  # nothing left: nothing counted twice
+    assert ContextCallHour.objects.get(tenant=owner.tenant).calls == 3
