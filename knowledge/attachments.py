@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Case, Q, QuerySet, Value, When
 
 from cold_storage.models import ArchivedImage
 from conversations.models import Conversation, Message
@@ -32,6 +32,10 @@ START_LEVEL = {"P0": "content", "P1": "description", "P2": "summary", "P3": "nam
 THIS_CONVERSATION_LIMIT = 30
 OTHER_CONVERSATIONS_LIMIT = 15
 NAME_CANDIDATES_LIMIT = 300
+# Images read per scope (this conversation; the end user's RECENT_CONVERSATIONS latest other ones), newest
+# first, before the user's own are kept: the rest are tool output and screenshots (visual memory).
+IMAGE_SCAN = 200
+RECENT_CONVERSATIONS = 5
 SUMMARY_TOKENS = 60
 DESCRIPTION_TOKENS = 250
 OUTLINE_ITEMS = 12
@@ -121,24 +125,29 @@ def _document_priority(document: Document, query: AttachmentQuery, reply_at: Any
 
 
 def _document_candidates(query: AttachmentQuery) -> tuple[list[Document], int]:
+    """This conversation's documents (the newest THIS_CONVERSATION_LIMIT), then the end user's others: of
+    their other conversations (P3, the newest OTHER_CONVERSATIONS_LIMIT; P1 when named) and of their library
+    (only when named). One query, this conversation's first."""
     conversation = query.conversation
-    own = Document.objects.filter(tenant_id=conversation.tenant_id, conversation=conversation)
-    rows = list(own.order_by("-created_at", "-id")[:THIS_CONVERSATION_LIMIT])
-    skipped = max(0, own.count() - len(rows)) if len(rows) == THIS_CONVERSATION_LIMIT else 0
-    if conversation.end_user_id is None:
-        return rows, skipped
-    # The end user's other conversations (P3, or P1 when named) and their own library (only when named).
-    theirs = (
-        Document.objects.filter(tenant_id=conversation.tenant_id, end_user_id=conversation.end_user_id)
-        .exclude(conversation=conversation)
-        .order_by("-created_at", "-id")
-    )
-    others = 0
-    for document in theirs[:NAME_CANDIDATES_LIMIT]:
-        priority, _ = _document_priority(document, query, None)
-        if priority == "P1" or (document.conversation_id is not None and others < OTHER_CONVERSATIONS_LIMIT):
+    scope = Q(conversation=conversation)
+    if conversation.end_user_id is not None:
+        scope |= Q(end_user_id=conversation.end_user_id)
+    own_first = Case(When(conversation=conversation, then=Value(0)), default=Value(1))
+    documents = Document.objects.filter(scope, tenant_id=conversation.tenant_id).order_by(
+        own_first, "-created_at", "-id"
+    )[: THIS_CONVERSATION_LIMIT + NAME_CANDIDATES_LIMIT]
+    rows: list[Document] = []
+    own = others = skipped = 0
+    for document in documents:
+        named = _document_priority(document, query, None)[0] == "P1"
+        if document.conversation_id == conversation.pk:
+            own += 1
+            keep = own <= THIS_CONVERSATION_LIMIT or named
+        else:
+            keep = named or (document.conversation_id is not None and others < OTHER_CONVERSATIONS_LIMIT)
+            others += keep and not named
+        if keep:
             rows.append(document)
-            others += priority != "P1"
         elif document.conversation_id is not None:
             skipped += 1
     return rows, skipped
@@ -184,6 +193,8 @@ def _outlines(document_ids: list[Any]) -> dict[Any, str]:
     """Per document, the headings (documents) or files and symbols (code) of its first OUTLINE_CHUNKS
     chunks, in order, without repeats."""
     labels: dict[Any, dict[str, None]] = {}
+    if not document_ids:
+        return {}
     rows = (
         Chunk.objects.filter(document_id__in=document_ids, ordinal__lt=OUTLINE_CHUNKS)
         .order_by("document_id", "ordinal")
@@ -198,6 +209,8 @@ def _outlines(document_ids: list[Any]) -> dict[Any, str]:
 
 
 def _openings(document_ids: list[Any]) -> dict[Any, str]:
+    if not document_ids:
+        return {}
     rows = Chunk.objects.filter(document_id__in=document_ids, ordinal=0).values_list("document_id", "content")
     return {document_id: content.strip() for document_id, content in rows}
 
@@ -252,41 +265,68 @@ def _document_content(document: Document, query: AttachmentQuery) -> str:
 # --- images -----------------------------------------------------------------------------------------------
 
 
-def _user_images(conversation_ids: Any, tenant_id: Any) -> QuerySet[ArchivedImage]:
-    user_messages = Message.objects.filter(
-        conversation_id__in=conversation_ids, role=Message.Role.USER
-    ).values("id")
-    return ArchivedImage.objects.select_related("duplicate_of").filter(
-        tenant_id=tenant_id, conversation_id__in=conversation_ids, message_id__in=user_messages
-    )
+def _newest_images(**where: Any) -> QuerySet[ArchivedImage]:
+    return ArchivedImage.objects.select_related("duplicate_of").filter(**where)
 
 
-def _image_candidates(query: AttachmentQuery) -> tuple[list[ArchivedImage], int]:
-    conversation = query.conversation
-    own = _user_images([conversation.pk], conversation.tenant_id)
+@dataclass
+class _ImageRows:
+    rows: list[ArchivedImage]
+    skipped: int
+    client: dict[str, str]  # descriptions the client sent with the image parts, by image id
+
+
+def _image_candidates(query: AttachmentQuery) -> _ImageRows:
+    """The newest IMAGE_SCAN images of this conversation and of the end user's RECENT_CONVERSATIONS latest
+    other ones (read through the conversation indexes, so a long computer-use session costs what its
+    newest images cost), and those named by id; then one read of their messages keeps the user's (and the
+    named) ones."""
+    conversation, tenant_id = query.conversation, query.conversation.tenant_id
+    own = _newest_images(tenant_id=tenant_id, conversation_id=conversation.pk)
     if query.history_until is not None:
         own = own.filter(message_seq__lte=query.history_until + 1)
-    rows = list(own.order_by("-message_seq", "-part_index")[:THIS_CONVERSATION_LIMIT])
-    skipped = own.count() - len(rows) if len(rows) == THIS_CONVERSATION_LIMIT else 0
+    scanned = list(own.order_by("-message_seq", "-part_index")[:IMAGE_SCAN])
     named = set(IMAGE_ID.findall(query.user_message)) | {n for n in query.reattached if IMAGE_ID.fullmatch(n)}
-    if conversation.end_user_id is None:
-        scope = [conversation.pk]
-    else:
-        scope = list(
-            Conversation.objects.filter(
-                tenant_id=conversation.tenant_id, end_user_id=conversation.end_user_id
-            ).values_list("pk", flat=True)
+    if conversation.end_user_id is not None:
+        theirs = Conversation.objects.filter(tenant_id=tenant_id, end_user_id=conversation.end_user_id)
+        recent = (
+            theirs.exclude(pk=conversation.pk).order_by("-created_at").values("pk")[:RECENT_CONVERSATIONS]
         )
-    if named:
-        by_id = ArchivedImage.objects.select_related("duplicate_of").filter(
-            tenant_id=conversation.tenant_id, conversation_id__in=scope, pk__in=named
-        )
-        rows += [image for image in by_id if image.id not in {r.id for r in rows}]
-    others = [pk for pk in scope if pk != conversation.pk]
-    if others:
-        theirs = _user_images(others, conversation.tenant_id).order_by("-created_at")
-        rows += [i for i in theirs[:OTHER_CONVERSATIONS_LIMIT] if i.id not in named]
-    return rows, skipped
+        others = _newest_images(tenant_id=tenant_id, conversation_id__in=recent)
+        scanned += list(others.order_by("-created_at")[:IMAGE_SCAN])
+        if named - {i.id for i in scanned}:
+            scanned += list(
+                _newest_images(tenant_id=tenant_id, conversation_id__in=theirs.values("pk"), pk__in=named)
+            )
+    elif named - {i.id for i in scanned}:
+        scanned += list(_newest_images(tenant_id=tenant_id, conversation_id=conversation.pk, pk__in=named))
+    return _user_sent(conversation, scanned, named)
+
+
+def _user_sent(conversation: Conversation, scanned: list[ArchivedImage], named: set[str]) -> _ImageRows:
+    message_ids = {i.message_id for i in scanned if i.message_id}
+    messages = Message.objects.filter(pk__in=message_ids).values_list("id", "role", "parts")
+    by_id = {pk: (role, parts) for pk, role, parts in messages} if message_ids else {}
+    rows, skipped, own, others, seen = [], 0, 0, 0, set()
+    for image in scanned:
+        role, _ = by_id.get(image.message_id, ("", None)) if image.message_id else ("", None)
+        if image.id in seen or (role != Message.Role.USER and image.id not in named):
+            continue
+        seen.add(image.id)
+        mine = image.conversation_id == conversation.pk
+        count = own if mine else others
+        limit = THIS_CONVERSATION_LIMIT if mine else OTHER_CONVERSATIONS_LIMIT
+        if count >= limit and image.id not in named:
+            skipped += mine
+            continue
+        own, others = (own + 1, others) if mine else (own, others + 1)
+        rows.append(image)
+    client = {}
+    for _, parts in by_id.values():
+        for part in _image_parts(parts):
+            if part.get("image_id") and isinstance(part.get("description"), str):
+                client[part["image_id"]] = part["description"].strip()
+    return _ImageRows(rows, skipped, client)
 
 
 def _image_priority(image: ArchivedImage, query: AttachmentQuery, reply_seq: int) -> tuple[str, str]:
@@ -301,17 +341,6 @@ def _image_priority(image: ArchivedImage, query: AttachmentQuery, reply_seq: int
     return "P2", "this_conversation"
 
 
-def _client_descriptions(images: list[ArchivedImage]) -> dict[str, str]:
-    """Descriptions the client sent with the image parts (`description`), by image id."""
-    found: dict[str, str] = {}
-    message_ids = {i.message_id for i in images if i.message_id}
-    for parts in Message.objects.filter(pk__in=message_ids).values_list("parts", flat=True):
-        for part in _image_parts(parts):
-            if part.get("image_id") and isinstance(part.get("description"), str):
-                found[part["image_id"]] = part["description"].strip()
-    return found
-
-
 def _image_parts(parts: Any) -> list[dict[str, Any]]:
     from conversations.parts import iter_image_parts
 
@@ -319,11 +348,11 @@ def _image_parts(parts: Any) -> list[dict[str, Any]]:
 
 
 def _images(query: AttachmentQuery, reply_seq: int) -> tuple[list[Attachment], int]:
-    rows, skipped = _image_candidates(query)
+    found = _image_candidates(query)
+    rows, client = found.rows, found.client
     described = descriptions_by_sha256(
         tenant_id=query.conversation.tenant_id, sha256s={(i.duplicate_of or i).sha256 for i in rows}
     )
-    client = _client_descriptions(rows)
     out, seen = [], set()
     for image in rows:
         source = image.duplicate_of or image
@@ -343,7 +372,7 @@ def _images(query: AttachmentQuery, reply_seq: int) -> tuple[list[Attachment], i
         attachment.described, attachment.image = how, source
         attachment.texts = _image_texts(image, text, query)
         out.append(attachment)
-    return out, skipped
+    return out, found.skipped
 
 
 def _image_texts(image: ArchivedImage, description: str, query: AttachmentQuery) -> dict[str, str]:

@@ -287,3 +287,19 @@ def test_an_image_the_window_cut_leaves_out_in_this_very_call_is_an_attachment(o
     assert any(d["block"] == "B6" for d in body["dropped"])  # this call moved the window past the image
     item = by_name(body)[sent["parts"][0]["image_id"]]
     assert (item["priority"], item["level"]) == ("P2", "summary")
+
+
+def test_screenshots_in_tool_output_are_visual_memory_not_attachments_unless_named(owner, conversation):
+    from tests.context.helpers import exchanges
+
+    tool = post_message(owner, conversation, {"role": "tool", "parts": [image_part(frame(10))]})
+    user = post_message(
+        owner, conversation, {"role": "user", "content": "mine", "parts": [image_part(frame(11))]}
+    )
+    append(conversation, {"role": "assistant", "content": "Seen."})
+    exchanges(conversation, 40, tokens=60)
+    screenshot, upload_id = tool["parts"][0]["image_id"], user["parts"][0]["image_id"]
+    body = context(owner, conversation, user_message="Where were we?", token_budget=1500)
+    assert set(by_name(body)) == {upload_id}
+    body = context(owner, conversation, user_message=f"What did {screenshot} show?", token_budget=1500)
+    assert by_name(body)[screenshot]["priority"] == "P1" and upload_id in by_name(body)
