@@ -129,7 +129,7 @@ def _entries(state: ContextState, *, content_tokens: int, shown: set[str]) -> li
         )
     )
     stored = [a for a in found.attachments if a.name.lower() not in full]
-    matched = {a.name.lower() for a in stored if a.reason == "reattached"}
+    matched = {a.name.lower() for a in stored if a.name.lower() in bare}
     entries = [_request_entry(i, a) for i, a in enumerate(sent) if a["name"].lower() not in matched]
     for attachment in stored:
         source = {

@@ -101,27 +101,39 @@ def _last_reply(query: AttachmentQuery) -> tuple[int, datetime.datetime | None]:
 # --- documents --------------------------------------------------------------------------------------------
 
 
+def _mentions(lowered: str, word: str) -> bool:
+    return re.search(rf"(?<!\w){re.escape(word)}(?!\w)", lowered) is not None
+
+
 def _referenced(text: str, *, name: str, ids: tuple[str, ...]) -> bool:
+    """Named in the text: by id, by its whole file name, or by its stem when that is distinctive (5+
+    characters), each as a whole word ("a.md" is not found in "data.md")."""
     lowered = text.lower()
     if any(i and i.lower() in lowered for i in ids):
         return True
-    if name.lower() in lowered:
+    if _mentions(lowered, name.lower()):
         return True
     stem = name.rsplit(".", 1)[0].lower()
-    return len(stem) >= 5 and re.search(rf"(?<!\w){re.escape(stem)}(?!\w)", lowered) is not None
+    return len(stem) >= 5 and _mentions(lowered, stem)
+
+
+def _named(document: Document, query: AttachmentQuery) -> str:
+    """Why the user points at this document ("reattached", "referenced"), or ""."""
+    if document.name.lower() in query.reattached:
+        return "reattached"
+    if _referenced(query.user_message, name=document.name, ids=(str(document.pk), document.pk.hex)):
+        return "referenced"
+    return ""
 
 
 def _document_priority(document: Document, query: AttachmentQuery, reply_at: Any) -> tuple[str, str]:
-    ids = (str(document.pk), document.pk.hex)
-    if document.name.lower() in query.reattached:
-        return "P1", "reattached"
-    if _referenced(query.user_message, name=document.name, ids=ids):
-        return "P1", "referenced"
-    if document.conversation_id != query.conversation.pk:
-        return "P3", "other_conversation"
-    if reply_at is None or document.created_at > reply_at:
-        return "P0", "this_turn"
-    return "P2", "this_conversation"
+    own = document.conversation_id == query.conversation.pk
+    if own and (reply_at is None or document.created_at > reply_at):
+        return "P0", "this_turn"  # uploaded since the last reply, whatever else is said of it
+    named = _named(document, query)
+    if named:
+        return "P1", named
+    return ("P2", "this_conversation") if own else ("P3", "other_conversation")
 
 
 def _document_candidates(query: AttachmentQuery) -> tuple[list[Document], int]:
@@ -139,7 +151,7 @@ def _document_candidates(query: AttachmentQuery) -> tuple[list[Document], int]:
     rows: list[Document] = []
     own = others = skipped = 0
     for document in documents:
-        named = _document_priority(document, query, None)[0] == "P1"
+        named = bool(_named(document, query))
         if document.conversation_id == conversation.pk:
             own += 1
             keep = own <= THIS_CONVERSATION_LIMIT or named
@@ -330,15 +342,14 @@ def _user_sent(conversation: Conversation, scanned: list[ArchivedImage], named: 
 
 
 def _image_priority(image: ArchivedImage, query: AttachmentQuery, reply_seq: int) -> tuple[str, str]:
+    own = image.conversation_id == query.conversation.pk
+    if own and (image.message_id == query.current_message_id or image.message_seq > reply_seq):
+        return "P0", "this_turn"
     if image.id.lower() in query.reattached:
         return "P1", "reattached"
     if image.id in query.user_message:
         return "P1", "referenced"
-    if image.conversation_id != query.conversation.pk:
-        return "P3", "other_conversation"
-    if image.message_id == query.current_message_id or image.message_seq > reply_seq:
-        return "P0", "this_turn"
-    return "P2", "this_conversation"
+    return ("P2", "this_conversation") if own else ("P3", "other_conversation")
 
 
 def _image_parts(parts: Any) -> list[dict[str, Any]]:

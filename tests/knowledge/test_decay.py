@@ -303,3 +303,16 @@ def test_screenshots_in_tool_output_are_visual_memory_not_attachments_unless_nam
     assert set(by_name(body)) == {upload_id}
     body = context(owner, conversation, user_message=f"What did {screenshot} show?", token_budget=1500)
     assert by_name(body)[screenshot]["priority"] == "P1" and upload_id in by_name(body)
+
+
+def test_this_turns_upload_stays_p0_when_named_or_reattached_and_short_names_need_a_whole_word(
+    owner, conversation
+):
+    exchange(conversation)
+    upload(owner, ("a.md", PLAN), conversation=str(conversation.pk))
+    body = context(owner, conversation, user_message="Read a.md please.", attachments=[{"name": "a.md"}])
+    [item] = attachments(body)
+    assert (item["priority"], item["level"], item["reason"]) == ("P0", "content", "this_turn")
+    exchange(conversation)
+    body = context(owner, conversation, user_message="Compare data.md with the plan.")
+    assert by_name(body)["a.md"]["priority"] == "P2"  # "a.md" inside "data.md" does not name it
