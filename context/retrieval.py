@@ -5,6 +5,7 @@ long one, its best passage) labelled with its seq, date and role, scored so the 
 client can tell a weak hit from a strong one."""
 
 import re
+from bisect import bisect_left
 from datetime import datetime
 from typing import Any
 
@@ -13,7 +14,7 @@ from conversations.embedding import message_vectors_request
 from conversations.models import Message
 from knowledge.retrieval import knowledge_candidates
 from memory.archival import archival_search
-from memory.history_index import PassageHit, conversation_index, search
+from memory.history_index import ConversationIndex, IndexedMessage, PassageHit, conversation_index, search
 from memory.recall import recall_other_conversations
 from memory.selectors import archival_exists
 from prefix_cache.accounting import count_cached
@@ -30,15 +31,20 @@ MIN_RELEVANCE = 0.15
 # Said with "I", "my", "me": the user's own messages are what the question is about.
 SELF_REFERENCE = frozenset({"i", "my", "me", "mine", "i'm", "i've", "i'd", "myself"})
 USER_PRIOR = 2.5
-# Hits are placed by score / tokens ** COST_EXPONENT (0: by score alone; 1: by score per token).
-COST_EXPONENT = 0.5
 # Questions about the whole history rather than one fact in it.
 BROAD_QUESTION = re.compile(
-    r"\b(?:summar\w*|overview|recap|timeline|chronolog\w*|in (?:what|which) order|order in which|"
-    r"throughout|across (?:our|all|the|my)|over (?:time|the course)|so far|progress(?:ed|ion)?|evolv\w*|"
+    r"\b(?:summar\w*|overview|recap|chronolog\w*|in (?:what|which) order|order in which|"
+    r"(?:throughout|across|over) (?:all )?(?:our|my|the|these|those) "
+    r"(?:conversations?|sessions?|discussions?|chats?|messages?|questions?|requests?|talks?)|"
+    r"across all|over time|so far|progressed|evolv\w*|"
     r"all the (?:times|ways|things|steps)|every time|each time|how has|how have|how did .* change)\b",
     re.IGNORECASE,
 )
+# A long message's excerpt shows at least this many words (its passage and what follows it).
+EXCERPT_MIN_WORDS = 140
+_WORD = re.compile(r"\S+")
+# A hit brings the other half of its exchange, worth this share of its score.
+NEIGHBOUR_SHARE = 0.5
 # Without dates that tell sessions apart, a broad question's hits are spread over this many stretches.
 SEQ_SESSIONS = 6
 
@@ -77,34 +83,108 @@ def _message_items(
             best[hit.message.id] = hit
             if len(best) == limit:
                 break
-    rows = Message.objects.filter(pk__in=list(best)).values_list("id", "content")
-    contents = {str(pk): content for pk, content in rows}
-    items = []
-    for hit in best.values():
-        message = hit.message
-        content = contents.get(message.id, "")
-        whole = len(message.passages) == 1
-        text = content if whole else content[hit.start : hit.end]
-        role = message.role if whole else f"{message.role}, excerpt"
-        label = f"[#{message.seq} · {date_label(message.created_at)} · {role}]"
-        body = f"{label} {text.strip()}"
-        score = weighted(hit)
-        source = {
-            "kind": "message",
-            "id": message.id,
-            "seq": message.seq,
-            "created_at": message.created_at.isoformat(),
-            "score": round(relevance(hit), 4),
-            "rank_score": round(score, 6),
-            "lexical": hit.lexical,
-            "similarity": hit.similarity,
-        }
-        if not whole:
-            source["span"] = [hit.start, hit.end]
-        items.append(
-            Item(text=body, tokens=count_cached(body, model=state.model), source=source, score=score)
+    contents = _contents(list(best))
+    return [_hit_item(state, hit, contents.get(hit.message.id, ""), weighted(hit)) for hit in best.values()]
+
+
+def _contents(ids: list[str]) -> dict[str, str]:
+    rows = Message.objects.filter(pk__in=ids).values_list("id", "content")
+    return {str(pk): content for pk, content in rows}
+
+
+def _hit_item(state: ContextState, hit: PassageHit, content: str, score: float, **extra: Any) -> Item:
+    """A message as B5 shows it: whole when it is one passage, else the hit's passage, labelled."""
+    message = hit.message
+    whole = len(message.passages) == 1
+    start, end = (0, len(content)) if whole else excerpt_span(content, hit.start, hit.end)
+    text = content[start:end]
+    role = message.role if whole else f"{message.role}, excerpt"
+    label = f"[#{message.seq} · {date_label(message.created_at)} · {role}]"
+    body = f"{label} {text.strip()}"
+    source = {
+        "kind": "message",
+        "id": message.id,
+        "seq": message.seq,
+        "created_at": message.created_at.isoformat(),
+        "score": round(relevance(hit), 4),
+        "rank_score": round(score, 6),
+        "lexical": hit.lexical,
+        "similarity": hit.similarity,
+        **extra,
+    }
+    if not whole:
+        source["span"] = [start, end]
+    return Item(text=body, tokens=count_cached(body, model=state.model), source=source, score=score)
+
+
+def excerpt_span(content: str, start: int, end: int) -> tuple[int, int]:
+    """A passage of a long message, grown to at least EXCERPT_MIN_WORDS words with the text that follows it
+    (or, at the message's end, precedes it): a short passage (a heading, the tail of a reply) alone rarely
+    says enough to be used."""
+    words = [(m.start(), m.end()) for m in _WORD.finditer(content)]
+    first = bisect_left(words, (start, -1))
+    last = max(first, bisect_left(words, (end, -1)))  # words[first:last] are the passage's
+    missing = EXCERPT_MIN_WORDS - (last - first)
+    if missing <= 0 or not words:
+        return start, end
+    last = min(len(words), last + missing)
+    first = max(0, last - EXCERPT_MIN_WORDS) if last - first < EXCERPT_MIN_WORDS else first
+    return min(start, words[first][0]), max(end, words[last - 1][1])
+
+
+def with_neighbours(
+    state: ContextState, index: ConversationIndex, items: list[Item], hits: list[PassageHit]
+) -> list[Item]:
+    """A question and its answer belong together: each hit brings the other half of its exchange (the
+    answer after a user message, the question before an assistant's), worth NEIGHBOUR_SHARE of its score.
+    They are placed after all the hits, in the hits' order, so a small budget spends itself on hits first
+    (placed right after each hit, ER at 2,000 tokens fell from 0.668 to 0.609 on BEAM-128K 01-07). A long
+    neighbour shows its passage that matched best (else its first); one that is itself a hit stays where
+    its own rank put it."""
+    own = {str(i.source["id"]) for i in items}
+    best_passage: dict[str, PassageHit] = {}
+    for hit in hits:
+        best_passage.setdefault(hit.message.id, hit)
+    pairs: list[tuple[Item, PassageHit]] = []
+    for item in items:
+        other = _exchange_partner(index, int(item.source["seq"]))
+        if other is None or other.id in own:
+            continue
+        own.add(other.id)
+        hit = best_passage.get(other.id) or _first_passage(index, other)
+        pairs.append((item, hit))
+    contents = _contents([hit.message.id for _, hit in pairs])
+    partner = {
+        id(item): _hit_item(
+            state,
+            hit,
+            contents.get(hit.message.id, ""),
+            item.score * NEIGHBOUR_SHARE,
+            neighbour_of=item.source["seq"],
         )
-    return items
+        for item, hit in pairs
+    }
+    return items + [partner[id(item)] for item in items if id(item) in partner]
+
+
+def _exchange_partner(index: ConversationIndex, seq: int) -> IndexedMessage | None:
+    position = index.by_seq.get(seq)
+    if position is None:
+        return None
+    message = index.messages[position]
+    step = 1 if message.role == Message.Role.USER else -1
+    if not 0 <= position + step < len(index.messages):
+        return None
+    other = index.messages[position + step]
+    wanted = Message.Role.ASSISTANT if step == 1 else Message.Role.USER
+    return other if other.role == wanted else None
+
+
+def _first_passage(index: ConversationIndex, message: IndexedMessage) -> PassageHit:
+    passage = index.passages[message.passages[0]]
+    return PassageHit(
+        message=message, start=passage.start, end=passage.end, score=0.0, lexical=0.0, similarity=0.0
+    )
 
 
 def _this_conversation(state: ContextState, query: str) -> list[Item]:
@@ -124,10 +204,12 @@ def _this_conversation(state: ContextState, query: str) -> list[Item]:
     hits = [h for h in hits if relevance(h) >= MIN_RELEVANCE]
     words = set(query.lower().replace("?", " ").split())
     prior = USER_PRIOR if words & SELF_REFERENCE else 1.0
+    # Placed best first. (By score per token instead, shorter hits first: ER 0.653 against 0.668 at 2,000
+    # tokens on BEAM-128K 01-07, so no.)
     items = _message_items(state, hits, user_prior=prior, limit=MESSAGE_CANDIDATES)
-    # Placed by value per token: of two hits that match as well, the shorter leaves room for another.
-    items.sort(key=lambda i: -i.score / max(1, i.tokens) ** COST_EXPONENT)
-    return spread_over_sessions(items) if BROAD_QUESTION.search(query) else items
+    if BROAD_QUESTION.search(query):
+        items = spread_over_sessions(items)
+    return with_neighbours(state, index, items, hits)
 
 
 def _session_key(item: Item, sessions_by_day: bool, bucket: int) -> str:
@@ -221,9 +303,11 @@ def load_retrieval(state: ContextState) -> None:
         _other_conversations(state, query, expansion),
         _knowledge(state, query),
     ]
+    # Each source's items come in its placing order (this conversation's by value per token, spread over
+    # sessions for a broad question, then the hits' exchange partners): kept, not re-sorted.
     ranked: list[tuple[int, int, Item]] = []
     for order, items in enumerate(sources):
-        ranked += [(rank, order, item) for rank, item in enumerate(sorted(items, key=lambda i: -i.score))]
+        ranked += [(rank, order, item) for rank, item in enumerate(items)]
     merged = [item for _, _, item in sorted(ranked, key=lambda r: (r[0], r[1]))]
     top_k = (state.request.retrieval or {}).get("top_k")
     state.candidates += merged[:top_k] if top_k else merged

@@ -18,6 +18,7 @@ from django.db.models import CharField, Exists, Min, OuterRef
 from django.db.models.functions import Cast
 
 from conversations.models import Conversation, Message, MessageVector
+from conversations.signals import vectors_written
 from providers.background import task_send
 from providers.embeddings import embedder_status, to_bytes
 from providers.passages import passage_spans
@@ -153,6 +154,8 @@ def message_vectors_fill(*, conversation_id: Any, limit: int | None = None) -> i
             ).delete()
             MessageVector.objects.bulk_create(rows, ignore_conflicts=True)
         written += len(batch)
+    if written:
+        vectors_written.send(sender=MessageVector, conversation_id=conversation.pk)
     return written
 
 

@@ -10,3 +10,7 @@ assistant_usage_reported = Signal()
 # Sent inside the write transaction when a completed assistant message closes an exchange (appended
 # completed, or a cut-off reply marked completed). kwargs: conversation
 exchange_completed = Signal()
+
+# Sent after a background run wrote retrieval vectors for a conversation's messages (committed).
+# kwargs: conversation_id
+vectors_written = Signal()

@@ -6,9 +6,9 @@ from django.db.models.signals import post_delete
 from django.dispatch import receiver
 
 from conversations.models import Conversation
-from conversations.signals import exchange_completed
+from conversations.signals import exchange_completed, vectors_written
 from memory.agent import memory_agent_request
-from memory.history_index import conversation_index_drop
+from memory.history_index import conversation_index_drop, conversation_index_warm
 
 
 @receiver(exchange_completed)
@@ -22,3 +22,8 @@ def forget_the_history_index(sender: object, *, instance: Conversation, **kwargs
     # This process's in-memory index of a deleted conversation goes with it (others drop it as it ages out;
     # nothing can query a deleted conversation).
     conversation_index_drop(instance.pk)
+
+
+@receiver(vectors_written)
+def bring_the_history_index_up_to_date(sender: object, *, conversation_id: Any, **kwargs: Any) -> None:
+    conversation_index_warm(conversation_id)

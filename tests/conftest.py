@@ -8,6 +8,7 @@ from rest_framework.test import APIClient
 
 from conversations.models import Conversation
 from conversations.services import conversation_create
+from providers import embeddings
 from tenants.models import ApiKey, Membership, Tenant
 from tenants.services import tenant_create
 from tests.factories import MembershipFactory
@@ -62,3 +63,23 @@ def conversation(owner) -> Conversation:
 @pytest.fixture
 def outsider_conversation(outsider) -> Conversation:
     return conversation_create(tenant=outsider.tenant, end_user_external_id="mallory", title="Outsider's")
+
+
+@pytest.fixture
+def lexical_only(settings):
+    """Retrieval without vectors (MNEMO_EMBEDDINGS=none)."""
+    settings.MNEMO_EMBEDDINGS = "none"
+    embeddings._build.cache_clear()
+    yield
+    embeddings._build.cache_clear()
+
+
+@pytest.fixture
+def local_embeddings(settings):
+    """The local embedding model (skipped where it is not installed)."""
+    if embeddings._local_model_path() is None:
+        pytest.skip("no local embedding model")
+    settings.MNEMO_EMBEDDINGS = "local"
+    embeddings._build.cache_clear()
+    yield
+    embeddings._build.cache_clear()

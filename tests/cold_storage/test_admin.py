@@ -50,7 +50,8 @@ def test_member_sees_own_images_with_thumbnails_and_filters(
     thumb = staff.get(f"/admin/cold_storage/archivedimage/{mine.id}/thumbnail/")
     assert thumb.status_code == 200 and thumb["Content-Type"] == "image/png"
     assert staff.get(f"/admin/cold_storage/archivedimage/{theirs.id}/thumbnail/").status_code == 404
-    assert staff.get(change_url(theirs)).status_code == 302  # another tenant's row: "does not exist", back to the index
+    # Another tenant's row "does not exist": back to the index.
+    assert staff.get(change_url(theirs)).status_code == 302
 
 
 def test_member_pins_from_the_admin(staff, owner, conversation):

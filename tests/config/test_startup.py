@@ -8,20 +8,9 @@ from celery.schedules import crontab
 
 from config.startup import EmbeddedBeat, embedded_beat_enabled, interval_seconds
 from conversations.models import MessageVector
-from providers import embeddings
 from tests.summaries.helpers import append
 
 SWEEP = "conversations.tasks.message_vectors_sweep"
-
-
-@pytest.fixture
-def local_embeddings(settings):
-    if embeddings._local_model_path() is None:
-        pytest.skip("no local embedding model")
-    settings.MNEMO_EMBEDDINGS = "local"
-    embeddings._build.cache_clear()
-    yield
-    embeddings._build.cache_clear()
 
 
 def test_intervals_are_seconds_or_timedeltas_and_crontabs_are_left_to_a_real_beat():

@@ -199,8 +199,11 @@ def test_history_is_cut_once_to_its_refill_share_and_the_window_then_holds(owner
     assert first["tokens"]["history"] == 600
     assert first["tokens"]["total"] <= budget
     assert (first["blocks"]["B6"]["from_seq"], first["blocks"]["B6"]["to_seq"]) == (7, 12)
-    # The questions the cut left out match this one: they come back through retrieval, not the window.
-    assert {i["seq"] for i in first["blocks"]["B5"]["items"]} == {1, 3, 5}
+    # The questions the cut left out match this one: they come back through retrieval, not the window,
+    # each with its answer.
+    items = first["blocks"]["B5"]["items"]
+    assert {i["seq"] for i in items} == {1, 2, 3, 4, 5, 6}
+    assert {i["seq"]: i.get("neighbour_of") for i in items if i["seq"] % 2 == 0} == {2: 1, 4: 3, 6: 5}
 
     # Same state: nothing moves, the prompt is byte-identical and its whole prefix is a cache hit.
     second = context(owner, conversation, user_message=question, token_budget=budget)

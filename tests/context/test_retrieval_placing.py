@@ -1,0 +1,129 @@
+"""How B5 places what retrieval found (context.retrieval): a hit brings the other half of its exchange, a
+long message's excerpt says enough to be used, a broad question is answered from every session, and the
+background embedding run leaves the conversation's index ready for the next call."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from context.retrieval import EXCERPT_MIN_WORDS, excerpt_span
+from conversations.embedding import message_vectors_fill
+from memory import history_index
+from providers import embeddings
+from tests.context.helpers import append, context
+
+pytestmark = pytest.mark.django_db
+
+
+def b5_items(body) -> list[dict]:
+    return [i for i in body["blocks"].get("B5", {}).get("items", []) if i.get("kind") == "message"]
+
+
+def chatter(conversation, count: int) -> None:
+    append(conversation, *[{"role": "user", "content": f"unrelated chatter {n}"} for n in range(count)])
+
+
+def test_a_question_found_brings_its_answer(owner, conversation, lexical_only):
+    append(
+        conversation,
+        {"role": "user", "content": "Which cloud region should the billing service run in?"},
+        {"role": "assistant", "content": "Frankfurt, because the invoices must stay in the EU."},
+    )
+    chatter(conversation, 40)
+
+    body = context(owner, conversation, user_message="Where does the billing service run?", token_budget=600)
+
+    items = {i["seq"]: i for i in b5_items(body)}
+    assert 1 in items and 2 in items
+    assert items[2]["neighbour_of"] == 1
+    assert "Frankfurt" in body["messages"][-1]["content"]
+
+
+def test_an_answer_found_brings_its_question(owner, conversation, lexical_only):
+    append(
+        conversation,
+        {"role": "user", "content": "What should I do about it?"},
+        {"role": "assistant", "content": "Rotate the Kubernetes service account tokens every 30 days."},
+    )
+    chatter(conversation, 40)
+
+    body = context(
+        owner, conversation, user_message="How often to rotate the service account tokens?", token_budget=600
+    )
+
+    items = {i["seq"]: i for i in b5_items(body)}
+    assert items[1]["neighbour_of"] == 2
+    assert "neighbour_of" not in items[2]
+
+
+def test_a_short_passage_of_a_long_message_is_grown_to_a_usable_excerpt():
+    paragraphs = [" ".join(f"p{p}w{w}" for w in range(140)) for p in range(3)]
+    text = "\n\n".join([paragraphs[0], "A short heading", paragraphs[1], paragraphs[2]])
+    start = text.index("A short heading")
+    end = start + len("A short heading")
+
+    grown_start, grown_end = excerpt_span(text, start, end)
+
+    excerpt = text[grown_start:grown_end]
+    assert excerpt.startswith("A short heading")
+    assert len(excerpt.split()) == EXCERPT_MIN_WORDS
+    # At the message's end the excerpt grows backwards.
+    tail = text.rindex("p2w139")
+    back_start, back_end = excerpt_span(text, tail, len(text))
+    assert back_end == len(text) and len(text[back_start:back_end].split()) == EXCERPT_MIN_WORDS
+    # A passage long enough already is left as it was.
+    assert excerpt_span(text, 0, len(paragraphs[0])) == (0, len(paragraphs[0]))
+
+
+def test_a_broad_question_is_answered_from_every_session(owner, conversation, lexical_only):
+    # Six sessions on six days; the first holds the hits that match best (most of the question's words).
+    day = datetime(2024, 1, 1, tzinfo=UTC)
+    append(
+        conversation,
+        *[
+            {
+                "role": "user",
+                "content": f"Garden project update: watering schedule, compost, tomato seedlings, note {n}.",
+                "created_at": day,
+            }
+            for n in range(8)
+        ],
+    )
+    for session in range(1, 6):
+        append(
+            conversation,
+            *[
+                {
+                    "role": "user",
+                    "content": f"Garden project: tomato seedlings and compost, step {session}.{n}.",
+                    "created_at": day + timedelta(days=7 * session),
+                }
+                for n in range(3)
+            ],
+        )
+    chatter(conversation, 30)
+
+    body = context(
+        owner,
+        conversation,
+        user_message="Summarise how my garden project watering schedule compost tomato seedlings progressed",
+        token_budget=420,
+        retrieval={"top_k": 6},
+    )
+
+    days = {i["created_at"][:10] for i in b5_items(body)}
+    assert len(days) >= 5, days
+
+
+def test_the_background_embedding_run_leaves_the_index_ready(owner, conversation, settings):
+    settings.MNEMO_EMBEDDINGS = "local"
+    embeddings._build.cache_clear()
+    append(conversation, *[{"role": "user", "content": f"message number {n}"} for n in range(3)])
+    history_index.conversation_index_drop(conversation.id)
+
+    message_vectors_fill(conversation_id=conversation.id)
+
+    index = history_index._indexes[str(conversation.id)]
+    assert index.indexed_seq == 3
+    assert not index.missing_vectors
+    embeddings._build.cache_clear()
