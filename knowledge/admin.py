@@ -1,6 +1,6 @@
 """Admin for support staff and operators: documents with their scope, status, size and chunk count; a
 read-only chunk viewer with provenance; delete (operators), which takes the chunks, their vectors and, on
-commit, the bytes (knowledge.receivers)."""
+commit, the bytes (knowledge.receivers); the image descriptions a vision model wrote, read-only."""
 
 from typing import Any
 
@@ -8,7 +8,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.text import Truncator
 
-from knowledge.models import Chunk, Document
+from knowledge.models import Chunk, Document, ImageDescription
 from tenants.admin_scoping import AppendOnlyAdmin, TenantScopedAdmin
 from tenants.models import Membership
 
@@ -115,3 +115,30 @@ class ChunkAdmin(AppendOnlyAdmin):
     @admin.display(description="Where")
     def where(self, chunk: Chunk) -> str:
         return provenance(chunk)
+
+
+DESCRIPTION_FIELDS = ("tenant", "sha256", "model", "text", "prompt_tokens", "completion_tokens", "created_at")
+
+
+@admin.register(ImageDescription)
+class ImageDescriptionAdmin(AppendOnlyAdmin):
+    """What the vision model said the image with these bytes shows (one per tenant and sha256): written by
+    the background task, deleted with the tenant's last image of those bytes."""
+
+    list_display = ["short_sha256", "excerpt", "model", "tenant", "created_at"]
+    list_select_related = ["tenant"]
+    search_fields = ["=sha256", "text"]
+    ordering = ["-created_at"]
+    fields = DESCRIPTION_FIELDS
+    readonly_fields = DESCRIPTION_FIELDS
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="sha256")
+    def short_sha256(self, row: ImageDescription) -> str:
+        return row.sha256[:12]
+
+    @admin.display(description="Description")
+    def excerpt(self, row: ImageDescription) -> str:
+        return Truncator(row.text).chars(120)

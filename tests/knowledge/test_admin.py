@@ -58,3 +58,23 @@ def test_support_cannot_delete_and_outsiders_see_nothing(client, owner, outsider
     assert page.status_code == 302  # the admin's "does not exist" redirect
     chunk = Chunk.objects.filter(document=document).first()
     assert client.get(reverse("admin:knowledge_chunk_change", args=[chunk.pk])).status_code == 302
+
+
+def test_image_descriptions_are_read_only_and_tenant_scoped(client, owner, outsider, member):
+    from knowledge.models import ImageDescription
+
+    mine = ImageDescription.objects.create(
+        tenant=owner.tenant, sha256="a" * 64, text="A login form.", model="m"
+    )
+    theirs = ImageDescription.objects.create(
+        tenant=outsider.tenant, sha256="b" * 64, text="Theirs.", model="m"
+    )
+    client.force_login(member.user)
+    listing = client.get(reverse("admin:knowledge_imagedescription_changelist")).content.decode()
+    assert "A login form." in listing and "Theirs." not in listing
+    assert client.get(reverse("admin:knowledge_imagedescription_change", args=[mine.pk])).status_code == 200
+    other = client.get(reverse("admin:knowledge_imagedescription_change", args=[theirs.pk]))
+    assert other.status_code == 302  # the admin's "does not exist" redirect
+    delete = reverse("admin:knowledge_imagedescription_delete", args=[mine.pk])
+    assert client.post(delete, {"post": "yes"}).status_code == 403
+    assert ImageDescription.objects.filter(pk=mine.pk).exists()
