@@ -179,24 +179,30 @@ def _shown_image_ids(state: ContextState) -> set[str]:
 
 
 def _describe_images(state: ContextState, images: list[Any]) -> None:
-    """Images described offline are reported; with a vision model, those not described yet are queued."""
+    """Images described offline are reported; with a vision model, those not described yet are queued
+    (those whose bytes retention deleted cannot be described any more)."""
     offline = [a for a in images if a.described == "offline"]
     if not offline:
         return
     status = vision_status(state.conversation.tenant)
-    if status.config is None:
+    gone = [a for a in offline if a.image.purged_at is not None or not a.image.storage_key]
+    waiting = [a for a in offline if a not in gone] if status.config is not None else []
+    if len(waiting) < len(offline):
+        reason = status.reason or "their bytes were deleted by retention"
         state.degrade(
             "decay",
             "image_description_offline",
-            f"{len(offline)} image(s) described by id, format, size and role only: {status.reason}.",
+            f"{len(offline) - len(waiting)} image(s) described by id, format, size and role only: {reason}.",
         )
+    if not waiting:
         return
     if state.request.record:
-        image_descriptions_request(tenant=state.conversation.tenant, images=[a.image for a in offline])
+        image_descriptions_request(tenant=state.conversation.tenant, images=[a.image for a in waiting])
+    assert status.config is not None
     state.degrade(
         "decay",
         "image_description_pending",
-        f"{len(offline)} image(s) not described by {status.config.model} yet (queued); described by id, "
+        f"{len(waiting)} image(s) not described by {status.config.model} yet (queued); described by id, "
         "format, size and role meanwhile.",
     )
 

@@ -176,6 +176,7 @@ def _describe(
         data = image_bytes(image)
     except ImageBytesUnavailable as exc:
         logger.info("image %s not described: %s", image.id, exc.code)
+        cache.set(failed_key, exc.code, RETRY_AFTER_SECONDS)
         return None
     url = f"data:{image.media_type};base64,{base64.b64encode(data).decode('ascii')}"
     content = [{"type": "text", "text": PROMPT}, {"type": "image_url", "image_url": {"url": url}}]

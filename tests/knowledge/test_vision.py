@@ -205,3 +205,25 @@ def test_a_described_image_is_found_by_what_it_showed(owner, conversation, llm_s
     # Out of the window, both are earlier attachments of this conversation: summarised (P2).
     levels = {i["id"]: (i["priority"], i["level"]) for i in body["blocks"]["attachments"]["items"]}
     assert levels == {shown[7]: ("P2", "summary"), shown[8]: ("P2", "summary")}
+
+
+def test_an_image_whose_bytes_retention_deleted_is_not_queued_again(
+    owner, conversation, llm_settings, llm_server
+):
+    from django.utils import timezone
+
+    from cold_storage.models import ArchivedImage
+
+    tenant_settings(owner, image_descriptions="on")
+    llm_server.script("401")
+    sent = send_image(owner, conversation, frame(12))
+    cache.clear()  # the failure is forgotten: only the missing bytes keep it from being queued
+    ArchivedImage.objects.filter(pk=sent["parts"][0]["image_id"]).update(
+        purged_at=timezone.now(), storage_key=""
+    )
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        body = context(owner, conversation, user_message_id=sent["id"])
+    [degradation] = [d for d in body["degradations"] if d["stage"] == "decay"]
+    assert degradation["code"] == "image_description_offline"
+    assert "deleted by retention" in degradation["message"]
+    assert len(image_requests(llm_server)) == 1
