@@ -10,7 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from knowledge.attachments import LEVELS, PRIORITIES, START_LEVEL, AttachmentQuery, conversation_attachments
+from knowledge.attachments import (
+    LEVELS,
+    PRIORITIES,
+    START_LEVEL,
+    Attachment,
+    AttachmentQuery,
+    conversation_attachments,
+)
 from knowledge.vision import image_descriptions_request, vision_status
 from prefix_cache.accounting import count_cached
 from prefix_cache.rendering import Item
@@ -178,14 +185,14 @@ def _shown_image_ids(state: ContextState) -> set[str]:
     return shown
 
 
-def _describe_images(state: ContextState, images: list[Any]) -> None:
+def _describe_images(state: ContextState, images: list[Attachment]) -> None:
     """Images described offline are reported; with a vision model, those not described yet are queued
     (those whose bytes retention deleted cannot be described any more)."""
     offline = [a for a in images if a.described == "offline"]
     if not offline:
         return
     status = vision_status(state.conversation.tenant)
-    gone = [a for a in offline if a.image.purged_at is not None or not a.image.storage_key]
+    gone = [a for a in offline if a.image is None or a.image.purged_at is not None or not a.image.storage_key]
     waiting = [a for a in offline if a not in gone] if status.config is not None else []
     if len(waiting) < len(offline):
         reason = status.reason or "their bytes were deleted by retention"
@@ -197,7 +204,9 @@ def _describe_images(state: ContextState, images: list[Any]) -> None:
     if not waiting:
         return
     if state.request.record:
-        image_descriptions_request(tenant=state.conversation.tenant, images=[a.image for a in waiting])
+        image_descriptions_request(
+            tenant=state.conversation.tenant, images=[a.image for a in waiting if a.image is not None]
+        )
     assert status.config is not None
     state.degrade(
         "decay",

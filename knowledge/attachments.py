@@ -14,6 +14,7 @@ memory (placeholders and anchors, conversations.visual), not attachments, unless
 
 import datetime
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +49,7 @@ class AttachmentQuery:
     conversation: Conversation
     user_message: str
     model: str
-    current_message_id: Any = None  # the stored question: its images are this turn's
+    current_message_id: uuid.UUID | None = None  # the stored question: its images are this turn's
     history_until: int | None = None  # the history stops here (the stored question's seq - 1)
     shown_image_ids: frozenset[str] = frozenset()  # images the prompt already shows as pixels
     reattached: frozenset[str] = frozenset()  # names (lower case) of attachments sent with the request

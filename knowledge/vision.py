@@ -7,6 +7,7 @@ import base64
 import dataclasses
 import functools
 import logging
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,7 +114,7 @@ def offline_description(image: ArchivedImage) -> str:
     return f"{image.id} ({image.format.upper()}, {image.width}×{image.height} px, {size}, {role})"
 
 
-def descriptions_by_sha256(*, tenant_id: Any, sha256s: set[str]) -> dict[str, ImageDescription]:
+def descriptions_by_sha256(*, tenant_id: uuid.UUID, sha256s: set[str]) -> dict[str, ImageDescription]:
     if not sha256s:
         return {}
     rows = ImageDescription.objects.filter(tenant_id=tenant_id, sha256__in=sha256s)
