@@ -316,3 +316,17 @@ def test_this_turns_upload_stays_p0_when_named_or_reattached_and_short_names_nee
     exchange(conversation)
     body = context(owner, conversation, user_message="Compare data.md with the plan.")
     assert by_name(body)["a.md"]["priority"] == "P2"  # "a.md" inside "data.md" does not name it
+
+
+@pytest.mark.parametrize("budget", [300, 450, 700, 1000, 1500, 2500, 4000, 8000])
+def test_every_budget_holds_with_attachments_of_every_priority(owner, conversation, budget):
+    earlier = conversation_create(tenant=owner.tenant, end_user_external_id="alice", title="Earlier")
+    upload(owner, ("plan.md", PLAN), conversation=str(earlier.pk))
+    upload(owner, ("old.md", NOTES * 3), conversation=str(conversation.pk))
+    post_message(owner, conversation, {"role": "user", "content": "see", "parts": [image_part(frame(13))]})
+    exchange(conversation)
+    upload(owner, ("notes.md", NOTES * 40), conversation=str(conversation.pk))
+    body = context(owner, conversation, user_message="Compare notes.md with old.md", token_budget=budget)
+    assert body["tokens"]["total"] <= budget
+    assert not [d for d in body["degradations"] if d["code"] == "over_budget"]
+    assert "notes.md" in by_name(body)  # P0 keeps at least its name
