@@ -64,22 +64,23 @@ class VisionStatus:
 
 def _mode(tenant_settings: dict[str, Any]) -> str:
     own = tenant_settings.get("image_descriptions")
-    if isinstance(own, str) and own in MODES:
-        return own
+    if own in MODES:
+        return str(own)
     server = getattr(settings, "MNEMO_IMAGE_DESCRIPTIONS", "auto")
     return server if server in MODES else "auto"
 
 
 def vision_status(tenant: Tenant) -> VisionStatus:
-    """The endpoint and model that describe this tenant's images, or why none does."""
-    raw = tenant.settings if isinstance(tenant.settings, dict) else {}
-    mode = _mode(raw)
+    """The endpoint and model that describe this tenant's images, or why none does. The tenant's settings
+    are read as the schema allows (a bad stored value falls back to the server's)."""
+    usable = settings_usable(tenant.settings)
+    mode = _mode(usable)
     if mode == "off":
         return VisionStatus(None, "image descriptions are turned off (image_descriptions=off)")
-    config = llm_config(settings_usable(raw))
+    config = llm_config(usable)
     if config is None:
         return VisionStatus(None, "no LLM endpoint is configured")
-    model = raw.get("vision_model") or getattr(settings, "MNEMO_VISION_MODEL", "")
+    model = usable.get("vision_model") or getattr(settings, "MNEMO_VISION_MODEL", "")
     if isinstance(model, str) and model.strip():
         config = dataclasses.replace(config, model=model.strip()[:100])
     if mode == "auto" and not model_reads_images(config.model):

@@ -87,6 +87,16 @@ SCHEMA: tuple[Setting, ...] = (
         _server("MNEMO_IMAGE_RETENTION_DAYS"), minimum=1, maximum=36_500, group="Images",
     ),
     Setting(
+        "image_descriptions", CHOICE,
+        "Describe stored images with the LLM endpoint: auto (if its model reads images), on, off.",
+        lambda: getattr(settings, "MNEMO_IMAGE_DESCRIPTIONS", "auto"), choices=("auto", "on", "off"),
+        group="Images",
+    ),
+    Setting(
+        "vision_model", TEXT, "Model of the LLM endpoint that describes images (default: the LLM model).",
+        lambda: getattr(settings, "MNEMO_VISION_MODEL", ""), group="Images",
+    ),
+    Setting(
         "llm_enabled", BOOL, "Background LLM work (summaries, memory agent, query rewrite); off: rules only.",
         lambda: True, group="LLM",
     ),

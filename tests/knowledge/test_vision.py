@@ -227,3 +227,23 @@ def test_an_image_whose_bytes_retention_deleted_is_not_queued_again(
     assert degradation["code"] == "image_description_offline"
     assert "deleted by retention" in degradation["message"]
     assert len(image_requests(llm_server)) == 1
+
+
+def test_the_settings_are_part_of_the_tenant_schema():
+    from tenants.settings_schema import SettingsInvalid, settings_validate
+
+    assert settings_validate({"image_descriptions": "on", "vision_model": "llava"}) == {
+        "image_descriptions": "on",
+        "vision_model": "llava",
+    }
+    with pytest.raises(SettingsInvalid):
+        settings_validate({"image_descriptions": "sometimes"})
+
+
+def test_a_bad_stored_mode_falls_back_to_auto(owner, llm_settings):
+    from knowledge.vision import vision_status
+
+    tenant_settings(owner, image_descriptions="sometimes")
+    assert "test-model is not known to read images" in vision_status(owner.tenant).reason
+    tenant_settings(owner, image_descriptions="on")
+    assert vision_status(owner.tenant).config.model == "test-model"
