@@ -1,0 +1,131 @@
+"""providers.ranking: BM25 as a share of the query's ceiling, cosine over stored vectors, ranks among the
+eligible items, and reciprocal rank fusion (what memory.history_index and knowledge.search rank with)."""
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from providers.ranking import K1, RRF_K, B, Postings, Vectors, best_first, fuse, ranks, rrf
+
+
+def _table(*documents: str) -> Postings:
+    table = Postings()
+    for document in documents:
+        table.add(Counter(document.split()))
+    return table
+
+
+def test_bm25_is_the_textbook_score_divided_by_the_query_ceiling():
+    table = _table("deploy failed", "deploy passed after retry", "lunch menu")
+    average = (2 + 4 + 2) / 3  # the items' lengths in terms
+
+    def idf(df: int) -> float:
+        return math.log(1 + (3 - df + 0.5) / (df + 0.5))
+
+    def part(df: int, length: int) -> float:
+        return idf(df) * (K1 + 1) / (1 + K1 * (1 - B + B * length / average))
+
+    ceiling = (idf(2) + idf(1)) * (K1 + 1)
+    expected = [(part(2, 2) + part(1, 2)) / ceiling, part(2, 4) / ceiling, 0.0]
+    assert table.bm25(["deploy", "failed", "deploy"]) == pytest.approx(expected, rel=1e-5)
+
+
+def test_bm25_shares_stay_between_0_and_1_and_come_near_1_for_every_term_many_times():
+    rng = np.random.default_rng(4)
+    words = [f"w{i}" for i in range(40)]
+    table = _table(*(" ".join(rng.choice(words, size=rng.integers(1, 30))) for _ in range(200)))
+    for _ in range(50):
+        scores = table.bm25(list(rng.choice(words, size=rng.integers(1, 6))))
+        assert scores.min() >= 0 and scores.max() < 1
+    table.add(Counter({"w1": 5000, "w2": 5000}))
+    scores = table.bm25(["w1", "w2"])
+    # Short of 1 only by the length term: its length grows with its term counts.
+    assert 0.95 < scores[-1] < 1 and scores[:-1].max() < 0.8
+
+
+def test_a_term_every_document_holds_scores_near_nothing_beside_a_rare_one():
+    table = _table(*(["the release notes"] * 19), "the vault rotation key")
+    scores = table.bm25(["the", "vault"])
+    assert scores[:19].max() < 0.02  # holds only "the", which all 20 hold
+    assert scores[19] > 0.4
+
+
+def test_bm25_without_items_or_known_terms_is_all_zero():
+    assert Postings().bm25(["anything"]).shape == (0,)
+    assert not _table("alpha beta", "gamma").bm25(["delta"]).any()
+    assert not _table("alpha beta").bm25([]).any()
+
+
+def test_items_added_after_a_query_are_scored_as_in_a_table_built_with_them():
+    grown = _table("alpha beta", "beta gamma gamma")
+    grown.bm25(["beta"])  # builds the length cache
+    grown.add(Counter({"alpha": 4, "delta": 1, "epsilon": 1}))
+    fresh = _table("alpha beta", "beta gamma gamma", "alpha alpha alpha alpha delta epsilon")
+    assert len(grown) == 3
+    assert grown.bm25(["alpha", "beta"]).tolist() == fresh.bm25(["alpha", "beta"]).tolist()
+
+
+def _unit(*values: float) -> np.ndarray:
+    vector = np.array(values, dtype=np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+def test_similarity_is_the_cosine_of_the_items_that_have_a_vector():
+    vectors = Vectors()
+    vectors[0] = _unit(1, 0)
+    vectors[2] = _unit(1, 1)
+    assert vectors.get(2).tolist() == _unit(1, 1).tolist() and vectors.get(1) is None
+    scores = vectors.similarity(_unit(1, 0), 4)
+    assert scores == pytest.approx([1.0, 0.0, math.sqrt(0.5), 0.0], abs=1e-6)
+    assert not vectors.similarity(None, 4).any()
+    assert not Vectors().similarity(_unit(1, 0), 4).any()
+    assert not vectors.similarity(_unit(1, 0, 0), 4).any()  # another model's dimension
+
+
+def test_a_vector_added_after_a_query_is_scored_and_another_model_forgets_them():
+    vectors = Vectors()
+    vectors.use_model("minilm")
+    vectors[0] = _unit(1, 0)
+    vectors.similarity(_unit(0, 1), 2)  # builds the matrix
+    vectors[1] = _unit(0, 1)
+    assert vectors.similarity(_unit(0, 1), 2) == pytest.approx([0.0, 1.0], abs=1e-6)
+    vectors.use_model("minilm")
+    assert len(vectors) == 2
+    vectors.use_model("other")
+    assert (vectors.model, len(vectors)) == ("other", 0)
+
+
+def test_ranks_order_eligible_positive_scores_ties_by_position_to_a_depth():
+    scores = np.array([0.5, 0.9, 0.5, 0.0, 0.7, -0.2, 0.9], dtype=np.float32)
+    everything = np.ones(7, dtype=bool)
+    assert ranks(scores, everything, 10).tolist() == [4, 1, 5, 0, 3, 0, 2]
+    eligible = np.array([1, 0, 1, 1, 1, 1, 1], dtype=bool)
+    assert ranks(scores, eligible, 10).tolist() == [3, 0, 4, 0, 2, 0, 1]
+    assert ranks(scores, eligible, 2).tolist() == [0, 0, 0, 0, 2, 0, 1]
+    assert not ranks(np.zeros(3, dtype=np.float32), np.ones(3, dtype=bool), 5).any()
+
+
+def test_fusion_adds_each_ranking_weight_over_rrf_k_plus_the_rank():
+    lexical = np.array([0.9, 0.5, 0.0, 0.1], dtype=np.float32)
+    vector = np.array([0.0, 0.8, 0.6, 0.2], dtype=np.float32)
+    eligible = np.array([1, 1, 1, 0], dtype=bool)
+    fused = fuse(((1.0, lexical), (1.5, vector)), eligible, 200)
+    expected = [1 / (RRF_K + 1), 1 / (RRF_K + 2) + 1.5 / (RRF_K + 1), 1.5 / (RRF_K + 2), 0.0]
+    assert fused == pytest.approx(expected)
+    per_item = np.array([1.0, 0.0, 2.0, 1.0])  # e.g. no vector weight for code chunks
+    fused = fuse(((per_item, vector),), eligible, 200)
+    assert fused == pytest.approx([0.0, 0.0, 2.0 / (RRF_K + 2), 0.0])
+
+
+def test_best_first_takes_positive_scores_best_first_ties_by_position():
+    fused = np.array([0.1, 0.0, 0.3, 0.1, 0.2])
+    assert best_first(fused, 10).tolist() == [2, 4, 0, 3]
+    assert best_first(fused, 2).tolist() == [2, 4]
+    assert best_first(np.zeros(3), 5).tolist() == []
+
+
+def test_rrf_of_key_lists_sums_over_the_lists_a_key_appears_in():
+    assert rrf(["a", "b"], ["b"], k=10) == {"a": 1 / 11, "b": 1 / 12 + 1 / 11}
+    assert rrf() == {}
