@@ -8,7 +8,6 @@ database by documents: a cheap fingerprint of the tenant's ready documents (coun
 on each search, and only when it moved are the new documents' chunks read and the deleted ones' masked.
 Several server processes each keep their own copy; the database stays the only truth."""
 
-import math
 import threading
 from array import array
 from collections import Counter, OrderedDict
@@ -23,10 +22,8 @@ from django.db.models import Count, Max, Sum
 from knowledge.identifiers import looks_like_a_name, query_terms, symbol_words, terms, trigrams
 from knowledge.models import Chunk, Document, scope_key
 from providers.embeddings import embed_query, embedder_status, from_bytes
+from providers.ranking import Postings, Vectors, best_first, fuse
 
-K1 = 1.2
-B = 0.75
-RRF_K = 60
 FUSION_DEPTH = 200
 LEXICAL_WEIGHT = 1.0
 VECTOR_WEIGHT = 1.0
@@ -53,16 +50,12 @@ class KnowledgeIndex:
         self.position_of: dict[int, int] = {}  # chunk id -> position
         self.scope_codes = array("i")
         self.kinds = array("b")
-        self.lengths = array("i")
         self.alive = array("b")
         self.scopes: dict[str, int] = {}
-        self.postings: dict[str, tuple[array, array]] = {}
+        self.postings = Postings()  # BM25 over path, symbol, heading and content
         self.symbol_postings: dict[str, array] = {}
         self.symbol_sizes = array("i")
-        self.vectors: dict[int, np.ndarray] = {}
-        self.vector_model = ""
-        self._matrix: tuple[np.ndarray, np.ndarray] | None = None
-        self._norm: np.ndarray | None = None
+        self.vectors = Vectors()
         self.lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -87,9 +80,7 @@ class KnowledgeIndex:
         self.fingerprint = fingerprint
 
     def _load(self, document_ids: set[str]) -> None:
-        model = getattr(embedder_status().embedder, "name", "")
-        if model != self.vector_model:
-            self.vector_model, self.vectors, self._matrix = model, {}, None
+        self.vectors.use_model(getattr(embedder_status().embedder, "name", ""))
         rows = (
             Chunk.objects.filter(document_id__in=document_ids)
             .order_by("document_id", "ordinal")
@@ -102,8 +93,6 @@ class KnowledgeIndex:
             self._add(*row)
         for document_id in document_ids:
             self.documents.setdefault(document_id, [])
-        self._norm = None
-        self._matrix = None
 
     def _add(self, pk: int, document_id: Any, scope: str, kind: str, path: str, symbol: str, heading: str,
              content: str, embedding: Any, model: str) -> None:  # fmt: skip
@@ -114,43 +103,15 @@ class KnowledgeIndex:
         self.scope_codes.append(self.scopes.setdefault(scope, len(self.scopes)))
         self.kinds.append(KIND_CODES.get(kind, 0))
         self.alive.append(1)
-        counts = Counter(terms(f"{path}\n{symbol}\n{heading}\n{content}"))
-        self.lengths.append(sum(counts.values()))
-        for term, tf in counts.items():
-            posting = self.postings.get(term)
-            if posting is None:
-                posting = self.postings[term] = (array("i"), array("i"))
-            posting[0].append(position)
-            posting[1].append(tf)
+        self.postings.add(Counter(terms(f"{path}\n{symbol}\n{heading}\n{content}")))
         grams = trigrams(symbol_words(symbol)) if symbol else frozenset()
         self.symbol_sizes.append(len(grams))
         for gram in grams:
             self.symbol_postings.setdefault(gram, array("i")).append(position)
-        if embedding is not None and model == self.vector_model:
+        if embedding is not None and model == self.vectors.model:
             self.vectors[position] = from_bytes(embedding)
 
     # --- ranking ----------------------------------------------------------------------------------------
-
-    def bm25(self, words: list[str]) -> np.ndarray:
-        """BM25 of every chunk as a share of the most the query's terms could score (0 to 1)."""
-        count = len(self.chunk_ids)
-        scores = np.zeros(count, dtype=np.float32)
-        if not count:
-            return scores
-        if self._norm is None or len(self._norm) != count:
-            lengths = np.frombuffer(self.lengths, dtype=np.int32).astype(np.float32)
-            self._norm = K1 * (1 - B + B * lengths / max(float(lengths.mean()), 1.0))
-        ceiling = 0.0
-        for term in set(words):
-            posting = self.postings.get(term)
-            if posting is None:
-                continue
-            where = np.frombuffer(posting[0], dtype=np.int32)
-            tf = np.frombuffer(posting[1], dtype=np.int32).astype(np.float32)
-            idf = math.log(1 + (count - len(where) + 0.5) / (len(where) + 0.5))
-            scores[where] += idf * tf * (K1 + 1) / (tf + self._norm[where])
-            ceiling += idf * (K1 + 1)
-        return scores / ceiling if ceiling else scores
 
     def symbol_similarity(self, query: str) -> np.ndarray:
         """pg_trgm's similarity of the question's words to each chunk's symbol words."""
@@ -169,18 +130,6 @@ class KnowledgeIndex:
         scores[scores < SYMBOL_THRESHOLD] = 0
         return scores
 
-    def similarity(self, query_vector: np.ndarray | None) -> np.ndarray:
-        scores = np.zeros(len(self.chunk_ids), dtype=np.float32)
-        if query_vector is None or not self.vectors:
-            return scores
-        if self._matrix is None:
-            keys = np.fromiter(self.vectors.keys(), dtype=np.int64, count=len(self.vectors))
-            self._matrix = (keys, np.vstack([self.vectors[k] for k in keys.tolist()]).astype(np.float32))
-        keys, matrix = self._matrix
-        if matrix.shape[1] == len(query_vector):
-            scores[keys] = matrix @ query_vector.astype(np.float32)
-        return scores
-
     def eligible(self, scope_keys: set[str], kinds: set[str] | None) -> np.ndarray:
         codes = [self.scopes[k] for k in scope_keys if k in self.scopes]
         mask = np.isin(np.frombuffer(self.scope_codes, dtype=np.int32), codes)
@@ -189,17 +138,6 @@ class KnowledgeIndex:
             wanted = [KIND_CODES[k] for k in kinds if k in KIND_CODES]
             mask &= np.isin(np.frombuffer(self.kinds, dtype=np.int8), wanted)
         return mask
-
-
-def _ranks(scores: np.ndarray, eligible: np.ndarray, depth: int) -> np.ndarray:
-    """1-based rank among the eligible chunks with a positive score, for the best `depth` (0: unranked)."""
-    ranks = np.zeros(len(scores), dtype=np.int64)
-    candidates = np.flatnonzero(eligible & (scores > 0))
-    if len(candidates) > depth:
-        candidates = candidates[np.argpartition(-scores[candidates], depth - 1)[:depth]]
-    order = candidates[np.argsort(-scores[candidates], kind="stable")]
-    ranks[order] = np.arange(1, len(order) + 1)
-    return ranks
 
 
 def _pg_trgm_available() -> bool:
@@ -286,19 +224,14 @@ def search(
     if not len(index):
         return []
     eligible = index.eligible(scope_keys, kinds)
-    lexical = index.bm25(query_terms(query))
-    similarity = index.similarity(query_vector)
+    lexical = index.postings.bm25(query_terms(query))
+    similarity = index.vectors.similarity(query_vector, len(index))
     symbol = _symbol_scores(index, query)
-    fused = np.zeros(len(index), dtype=np.float64)
     code = np.frombuffer(index.kinds, dtype=np.int8) == KIND_CODES[Document.Kind.CODE]
     vector_weight = np.where(code, CODE_VECTOR_WEIGHT, VECTOR_WEIGHT)
-    for weight, scores in ((LEXICAL_WEIGHT, lexical), (vector_weight, similarity), (SYMBOL_WEIGHT, symbol)):
-        ranks = _ranks(scores, eligible, FUSION_DEPTH)
-        ranked = ranks > 0
-        weights = weight[ranked] if isinstance(weight, np.ndarray) else weight
-        fused[ranked] += weights / (RRF_K + ranks[ranked])
-    best = np.flatnonzero(fused > 0)
-    best = best[np.argsort(-fused[best], kind="stable")][: limit * 2]  # room for chunks deleted meanwhile
+    rankings = ((LEXICAL_WEIGHT, lexical), (vector_weight, similarity), (SYMBOL_WEIGHT, symbol))
+    fused = fuse(rankings, eligible, FUSION_DEPTH)
+    best = best_first(fused, limit * 2)  # room for chunks deleted meanwhile
     chunk_ids = [index.chunk_ids[i] for i in best.tolist()]
     rows = Chunk.objects.defer("embedding").select_related("document").in_bulk(chunk_ids)
     hits = []

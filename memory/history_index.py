@@ -7,7 +7,6 @@ up to date on every call by reading only what was appended since it last looked:
 proportional to the postings of its terms, never a scan of the table and never a newest-first shortcut.
 Several server processes each keep their own copy; the database stays the only truth."""
 
-import math
 import re
 import threading
 import uuid
@@ -25,11 +24,9 @@ from django.conf import settings
 from conversations.models import Message, MessageVector
 from providers.embeddings import embedder_status, from_bytes
 from providers.passages import passage_spans
+from providers.ranking import Postings, Vectors, best_first, fuse
 from providers.text import CJK, PASSAGE_STOPWORDS
 
-K1 = 1.2
-B = 0.75
-RRF_K = 60
 _TERM = re.compile(rf"[{CJK}]+|[^\W_{CJK}]+")
 _stemmer = snowballstemmer.stemmer("english")
 
@@ -88,17 +85,13 @@ class ConversationIndex:
         self.messages: list[IndexedMessage] = []
         self.by_seq: dict[int, int] = {}
         self.passages: list[Passage] = []
-        self.lengths = array("i")
+        self.postings = Postings()  # BM25 over the passages
         self.passage_owner = array("i")  # passage -> position of its message
         self.message_seqs = array("q")
-        self.postings: dict[str, tuple[array, array]] = {}
         self.indexed_seq = 0
         self.incomplete: set[int] = set()
-        self.vector_model = ""
-        self.vectors: dict[int, np.ndarray] = {}  # passage -> vector
+        self.vectors = Vectors()  # of the passages that have one
         self.missing_vectors: set[int] = set()  # message positions without vectors yet
-        self._matrix: tuple[np.ndarray, np.ndarray] | None = None
-        self._norm: np.ndarray | None = None
         self.lock = threading.Lock()
 
     # --- keeping up ---------------------------------------------------------------------------------------
@@ -129,18 +122,10 @@ class ConversationIndex:
         position = len(self.messages)
         message = IndexedMessage(str(pk), seq, role, created, tokens, done)
         for start, end in passage_spans(content):
-            counts = Counter(terms(content[start:end]))
-            index = len(self.passages)
+            message.passages.append(len(self.passages))
             self.passages.append(Passage(position, start, end))
-            self.lengths.append(sum(counts.values()))
+            self.postings.add(Counter(terms(content[start:end])))
             self.passage_owner.append(position)
-            for term, tf in counts.items():
-                posting = self.postings.get(term)
-                if posting is None:
-                    posting = self.postings[term] = (array("i"), array("i"))
-                posting[0].append(index)
-                posting[1].append(tf)
-            message.passages.append(index)
         self.messages.append(message)
         self.message_seqs.append(seq)
         self.by_seq[seq] = position
@@ -153,8 +138,7 @@ class ConversationIndex:
         embedder = embedder_status().embedder
         if embedder is None or not self.missing_vectors:
             return
-        if embedder.name != self.vector_model:
-            self.vector_model, self.vectors, self._matrix = embedder.name, {}, None
+        self.vectors.use_model(embedder.name)
         floor = min(self.messages[i].seq for i in self.missing_vectors)
         rows = MessageVector.objects.filter(
             conversation_id=self.conversation_id, model=embedder.name, seq__gte=floor
@@ -169,63 +153,6 @@ class ConversationIndex:
                 if start in starts:
                     self.vectors[starts[start]] = vector
             self.missing_vectors.discard(position)
-            self._matrix = None
-
-    # --- ranking ----------------------------------------------------------------------------------------
-
-    def _length_norm(self) -> np.ndarray:
-        """BM25's per-passage length term, computed again only when passages were added."""
-        if self._norm is None or len(self._norm) != len(self.passages):
-            lengths = np.frombuffer(self.lengths, dtype=np.int32).astype(np.float32)
-            self._norm = K1 * (1 - B + B * lengths / max(float(lengths.mean()), 1.0))
-        return self._norm
-
-    def bm25(self, query_terms: list[str]) -> np.ndarray:
-        """BM25 of every passage, as a share of the most the query's terms could score (each term's IDF
-        times k1 + 1): 1.0 would be every word of the question, each many times; a passage holding only the
-        common words of a question scores near 0, whatever the corpus."""
-        count = len(self.passages)
-        scores = np.zeros(count, dtype=np.float32)
-        if not count:
-            return scores
-        ceiling = 0.0
-        norm = self._length_norm()
-        for term in set(query_terms):
-            posting = self.postings.get(term)
-            if posting is None:
-                continue
-            where = np.frombuffer(posting[0], dtype=np.int32)
-            tf = np.frombuffer(posting[1], dtype=np.int32).astype(np.float32)
-            idf = math.log(1 + (count - len(where) + 0.5) / (len(where) + 0.5))
-            scores[where] += idf * tf * (K1 + 1) / (tf + norm[where])
-            ceiling += idf * (K1 + 1)
-        return scores / ceiling if ceiling else scores
-
-    def similarity(self, query_vector: np.ndarray | None) -> np.ndarray:
-        scores = np.zeros(len(self.passages), dtype=np.float32)
-        if query_vector is None or not self.vectors:
-            return scores
-        if self._matrix is None:
-            keys = np.fromiter(self.vectors.keys(), dtype=np.int64, count=len(self.vectors))
-            self._matrix = (keys, np.vstack([self.vectors[k] for k in keys.tolist()]).astype(np.float32))
-        keys, matrix = self._matrix
-        scores[keys] = matrix @ query_vector.astype(np.float32)
-        return scores
-
-
-def _ranks(scores: np.ndarray, eligible: np.ndarray, depth: int) -> np.ndarray:
-    """1-based rank of each passage among the eligible ones with a positive score (0: unranked), for the
-    best `depth`."""
-    ranks = np.zeros(len(scores), dtype=np.int64)
-    candidates = np.flatnonzero(eligible & (scores > 0))
-    if not len(candidates):
-        return ranks
-    if len(candidates) > depth:
-        top = np.argpartition(-scores[candidates], depth - 1)[:depth]
-        candidates = candidates[top]
-    order = candidates[np.argsort(-scores[candidates], kind="stable")]
-    ranks[order] = np.arange(1, len(order) + 1)
-    return ranks
 
 
 # How deep each ranking goes into the fusion, and what each ranking weighs in it.
@@ -243,16 +170,9 @@ def search(
     owner = np.frombuffer(index.passage_owner, dtype=np.int32)
     seqs = np.frombuffer(index.message_seqs, dtype=np.int64)
     eligible = seqs[owner] <= before_seq
-    lexical = index.bm25(terms(query))
-    similarity = index.similarity(query_vector)
-    fused = np.zeros(len(index.passages), dtype=np.float64)
-    rankings = ((LEXICAL_WEIGHT, lexical), (VECTOR_WEIGHT, similarity))
-    for weight, scores in rankings:
-        ranks = _ranks(scores, eligible, FUSION_DEPTH)
-        ranked = ranks > 0
-        fused[ranked] += weight / (RRF_K + ranks[ranked])
-    best = np.flatnonzero(fused > 0)
-    best = best[np.argsort(-fused[best], kind="stable")][:limit]
+    lexical = index.postings.bm25(terms(query))
+    similarity = index.vectors.similarity(query_vector, len(index.passages))
+    fused = fuse(((LEXICAL_WEIGHT, lexical), (VECTOR_WEIGHT, similarity)), eligible, FUSION_DEPTH)
     return [
         PassageHit(
             message=index.messages[index.passages[i].message],
@@ -262,7 +182,7 @@ def search(
             lexical=round(float(lexical[i]), 4),
             similarity=round(float(similarity[i]), 4),
         )
-        for i in best.tolist()
+        for i in best_first(fused, limit).tolist()
     ]
 
 
