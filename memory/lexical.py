@@ -3,8 +3,8 @@
 The database finds and ranks the candidates with its own full-text index (PostgreSQL: a tsvector table with a
 GIN index, ranked by ts_rank_cd; SQLite: an FTS5 table, ranked by bm25()), both kept in sync by triggers
 (memory/migrations/0003_search_index.py). BM25 computed here in Python re-ranks those candidates, so the
-final scores, and the thresholds applied to them, are the same numbers on both databases. Plus reciprocal
-rank fusion.
+final scores, and the thresholds applied to them, are the same numbers on both databases. Reciprocal rank
+fusion is providers.ranking's, named here too for the callers of this module.
 
 Words are split the same way everywhere: lower case, runs of letters and digits, with punctuation (also the
 dashes, dots and slashes inside KX-4821 or src/app.py) as separators; an identifier in a query is looked up as
@@ -20,15 +20,15 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from django.db import connection
 
+from providers.ranking import RRF_K as RRF_K
+from providers.ranking import rrf as rrf
 from providers.text import CJK, SEARCH_STOPWORDS
 
 logger = logging.getLogger(__name__)
 
-RRF_K = 60
 # A word: a CJK run, or letters/digits joined by - . / _ (an identifier, a path, a version: one BM25 term).
 _WORD = re.compile(rf"[{CJK}]+|[^\W_{CJK}](?:[^\W_{CJK}]|[-./_](?=[^\W_{CJK}]))*")
 # What the full-text indexes see as one word: a CJK character, or a run of letters and digits.
@@ -124,15 +124,6 @@ def bm25_rank(
             scored.append((i, score))
     scored.sort(key=lambda x: (-x[1], x[0]))
     return scored
-
-
-def rrf(*rankings: Sequence[Any], k: int = RRF_K) -> dict[Any, float]:
-    """Reciprocal rank fusion: each key scores the sum of 1 / (k + rank) over the rankings it appears in."""
-    fused: dict[Any, float] = {}
-    for ranking in rankings:
-        for rank, key in enumerate(ranking, start=1):
-            fused[key] = fused.get(key, 0.0) + 1.0 / (k + rank)
-    return fused
 
 
 def jaccard(a: str, b: str) -> float:
