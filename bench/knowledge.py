@@ -242,7 +242,6 @@ def grown_latency(tenant, queries: list[str], size: int) -> tuple[float, float]:
     while len(index) < size:
         for row in rows[: size - len(index)]:
             index._add(*row)
-    index._norm = index._matrix = None
     knowledge_search(tenant_id=tenant.pk, query="warm up", limit=10)
     latencies = []
     for query in queries:

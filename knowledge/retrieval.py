@@ -4,7 +4,6 @@ description (knowledge.vision) does, each as a cited text for B5 with the source
 lists. The pipeline turns them into its own items (knowledge sits below prefix_cache and context and does
 not know their types)."""
 
-import math
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -15,13 +14,13 @@ from conversations.models import Conversation
 from knowledge.identifiers import _stem
 from knowledge.models import ImageDescription
 from knowledge.search import knowledge_search
+from providers.ranking import Postings
 from providers.text import SEARCH_STOPWORDS
 
 CANDIDATES = 8
 IMAGE_CANDIDATES = 4
 # The newest described images of a conversation searched (a computer-use session may hold thousands).
 IMAGE_CORPUS = 1000
-K1, B = 1.2, 0.75
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -102,16 +101,8 @@ def image_candidates(
 
 
 def _bm25_shares(asked: set[str], documents: list[Counter[str]]) -> list[float]:
-    count = len(documents)
-    if not count:
-        return []
-    average = max(1.0, sum(sum(d.values()) for d in documents) / count)
-    frequency = Counter(term for d in documents for term in asked if term in d)
-    idf = {t: math.log(1 + (count - frequency[t] + 0.5) / (frequency[t] + 0.5)) for t in asked}
-    ceiling = sum(idf.values()) * (K1 + 1)
-    shares = []
+    """Each description's BM25 as a share of what the question could score (providers.ranking)."""
+    postings = Postings()
     for document in documents:
-        norm = K1 * (1 - B + B * sum(document.values()) / average)
-        score = sum(idf[t] * document[t] * (K1 + 1) / (document[t] + norm) for t in asked if t in document)
-        shares.append(score / ceiling)
-    return shares
+        postings.add(document)
+    return [float(share) for share in postings.bm25(asked)]

@@ -66,7 +66,7 @@ def _mode(tenant_settings: dict[str, Any]) -> str:
     own = tenant_settings.get("image_descriptions")
     if own in MODES:
         return str(own)
-    server = getattr(settings, "MNEMO_IMAGE_DESCRIPTIONS", "auto")
+    server = settings.MNEMO_IMAGE_DESCRIPTIONS
     return server if server in MODES else "auto"
 
 
@@ -80,7 +80,7 @@ def vision_status(tenant: Tenant) -> VisionStatus:
     config = llm_config(usable)
     if config is None:
         return VisionStatus(None, "no LLM endpoint is configured")
-    model = usable.get("vision_model") or getattr(settings, "MNEMO_VISION_MODEL", "")
+    model = usable.get("vision_model") or settings.MNEMO_VISION_MODEL
     if isinstance(model, str) and model.strip():
         config = dataclasses.replace(config, model=model.strip()[:100])
     if mode == "auto" and not model_reads_images(config.model):

@@ -89,12 +89,12 @@ SCHEMA: tuple[Setting, ...] = (
     Setting(
         "image_descriptions", CHOICE,
         "Describe stored images with the LLM endpoint: auto (if its model reads images), on, off.",
-        lambda: getattr(settings, "MNEMO_IMAGE_DESCRIPTIONS", "auto"), choices=("auto", "on", "off"),
+        lambda: settings.MNEMO_IMAGE_DESCRIPTIONS, choices=("auto", "on", "off"),
         group="Images",
     ),
     Setting(
         "vision_model", TEXT, "Model of the LLM endpoint that describes images (default: the LLM model).",
-        lambda: getattr(settings, "MNEMO_VISION_MODEL", ""), group="Images",
+        lambda: settings.MNEMO_VISION_MODEL, group="Images",
     ),
     Setting(
         "llm_enabled", BOOL, "Background LLM work (summaries, memory agent, query rewrite); off: rules only.",

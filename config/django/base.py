@@ -396,6 +396,9 @@ MNEMO_IMAGE_RETENTION_DAYS = env_int("MNEMO_IMAGE_RETENTION_DAYS", 30, minimum=1
 LLM_BASE_URL = env_str("LLM_BASE_URL")
 LLM_API_KEY = env_str("LLM_API_KEY")
 LLM_MODEL = env_str("LLM_MODEL")
+# Image descriptions by a vision model (knowledge.vision): auto | on | off, and the model (default LLM_MODEL).
+MNEMO_IMAGE_DESCRIPTIONS = env_str("MNEMO_IMAGE_DESCRIPTIONS", "auto")
+MNEMO_VISION_MODEL = env_str("MNEMO_VISION_MODEL")
 LLM_TIMEOUT_SECONDS = env_int("LLM_TIMEOUT_SECONDS", 30, minimum=1)
 LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 2, minimum=0)
 LLM_RETRY_BACKOFF_SECONDS = env_int("LLM_RETRY_BACKOFF_MS", 1000, minimum=0) / 1000
