@@ -5,8 +5,8 @@ long one, its best passage) labelled with its seq, date and role, scored so the 
 client can tell a weak hit from a strong one."""
 
 import re
-from bisect import bisect_left
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
 from context.state import ContextState
@@ -120,16 +120,18 @@ def _hit_item(state: ContextState, hit: PassageHit, content: str, score: float, 
 def excerpt_span(content: str, start: int, end: int) -> tuple[int, int]:
     """A passage of a long message, grown to at least EXCERPT_MIN_WORDS words with the text that follows it
     (or, at the message's end, precedes it): a short passage (a heading, the tail of a reply) alone rarely
-    says enough to be used."""
-    words = [(m.start(), m.end()) for m in _WORD.finditer(content)]
-    first = bisect_left(words, (start, -1))
-    last = max(first, bisect_left(words, (end, -1)))  # words[first:last] are the passage's
-    missing = EXCERPT_MIN_WORDS - (last - first)
-    if missing <= 0 or not words:
+    says enough to be used. Reads the words it needs, not the whole message."""
+    missing = EXCERPT_MIN_WORDS - len(_WORD.findall(content, start, end))
+    if missing <= 0:
         return start, end
-    last = min(len(words), last + missing)
-    first = max(0, last - EXCERPT_MIN_WORDS) if last - first < EXCERPT_MIN_WORDS else first
-    return min(start, words[first][0]), max(end, words[last - 1][1])
+    after = list(islice(_WORD.finditer(content, end), missing))
+    if after:
+        end = after[-1].end()
+    missing -= len(after)
+    if missing > 0:
+        before = [word.start() for word in _WORD.finditer(content, 0, start)]
+        start = before[-min(missing, len(before))] if before else start
+    return start, end
 
 
 def with_neighbours(

@@ -82,10 +82,14 @@ class Found:
 
 def conversation_attachments(query: AttachmentQuery) -> Found:
     """Every attachment the next call should know of, with its priority and texts."""
+    rows, skipped = _document_candidates(query)
+    image_rows = _image_candidates(query)
+    if not rows and not image_rows.rows:  # most conversations: no reply to look up, nothing to describe
+        return Found([], skipped + image_rows.skipped)
     reply_seq, reply_at = _last_reply(query)
-    documents, skipped = _documents(query, reply_at)
-    images, skipped_images = _images(query, reply_seq)
-    return Found(documents + images, skipped + skipped_images)
+    documents = _documents(query, rows, reply_at)
+    images = _images(query, image_rows, reply_seq)
+    return Found(documents + images, skipped + image_rows.skipped)
 
 
 def _last_reply(query: AttachmentQuery) -> tuple[int, datetime.datetime | None]:
@@ -166,8 +170,7 @@ def _document_candidates(query: AttachmentQuery) -> tuple[list[Document], int]:
     return rows, skipped
 
 
-def _documents(query: AttachmentQuery, reply_at: Any) -> tuple[list[Attachment], int]:
-    rows, skipped = _document_candidates(query)
+def _documents(query: AttachmentQuery, rows: list[Document], reply_at: Any) -> list[Attachment]:
     found = []
     for document in rows:
         priority, reason = _document_priority(document, query, reply_at)
@@ -184,7 +187,7 @@ def _documents(query: AttachmentQuery, reply_at: Any) -> tuple[list[Attachment],
         )
         if attachment.priority == "P0" and document.status == Document.Status.READY:
             attachment.texts["content"] = _document_content(document, query)
-    return [attachment for _, attachment in found], skipped
+    return [attachment for _, attachment in found]
 
 
 def _header(document: Document) -> str:
@@ -359,8 +362,7 @@ def _image_parts(parts: Any) -> list[dict[str, Any]]:
     return list(iter_image_parts(parts)) if isinstance(parts, list) else []
 
 
-def _images(query: AttachmentQuery, reply_seq: int) -> tuple[list[Attachment], int]:
-    found = _image_candidates(query)
+def _images(query: AttachmentQuery, found: _ImageRows, reply_seq: int) -> list[Attachment]:
     rows, client = found.rows, found.client
     described = descriptions_by_sha256(
         tenant_id=query.conversation.tenant_id, sha256s={(i.duplicate_of or i).sha256 for i in rows}
@@ -384,7 +386,7 @@ def _images(query: AttachmentQuery, reply_seq: int) -> tuple[list[Attachment], i
         attachment.described, attachment.image = how, source
         attachment.texts = _image_texts(image, text, query)
         out.append(attachment)
-    return out, found.skipped
+    return out
 
 
 def _image_texts(image: ArchivedImage, description: str, query: AttachmentQuery) -> dict[str, str]:
