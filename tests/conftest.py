@@ -1,6 +1,7 @@
 """The cast every test module starts from: an owner tenant with its API key and an operator member, and
 an outsider tenant with a key of its own."""
 
+import re
 from dataclasses import dataclass
 
 import pytest
@@ -83,3 +84,20 @@ def local_embeddings(settings):
     embeddings._build.cache_clear()
     yield
     embeddings._build.cache_clear()
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    return str(longrepr[2]) if isinstance(longrepr, tuple) else str(longrepr)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say how many tests the run skipped for want of PostgreSQL (or Redis): `make test` runs on SQLite, and
+    those tests run only in `make test-services` (CI's second pass)."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    for service, pattern in (("PostgreSQL", "postgres|DATABASE_URL"), ("Redis", "redis|REDIS_URL")):
+        count = sum(1 for r in skipped if re.search(pattern, _skip_reason(r), re.IGNORECASE))
+        if count:
+            terminalreporter.write_line(
+                f"{count} skipped: need {service} (make test-services runs them)", yellow=True
+            )
