@@ -5,8 +5,8 @@ not; a newer statement of the same detail invalidates the older memory."""
 
 import pytest
 
-from memory.agent import _rule_match, _sentences, memory_agent_run
-from memory.facts import looks_secret, strip_lead_in
+from memory.agent import _rule_for, _sentences, memory_agent_run
+from memory.facts import strip_lead_in
 from memory.models import ArchivalMemory, MemoryOperation
 from tests.summaries.helpers import append
 
@@ -19,13 +19,9 @@ def lexical_only(settings):
 
 
 def stored(text: str) -> list[str]:
-    """What the rules would keep of a user message (as memory.agent._apply_rules, without the database)."""
-    out = []
-    for sentence in _sentences(text):
-        sentence, _ = strip_lead_in(sentence)
-        if _rule_match(sentence)[0] and not looks_secret(sentence):
-            out.append(sentence)
-    return out
+    """What the rules keep of a user message: memory.agent's own rule for each sentence, secrets left out."""
+    rules = [_rule_for(sentence) for sentence in _sentences(text)]
+    return [rule.content for rule in rules if rule is not None and not rule.secret]
 
 
 @pytest.mark.parametrize(
