@@ -1,11 +1,20 @@
 """factory-boy factories for the test cast and the objects tests write."""
 
+from typing import Any
+
 import factory
 from django.contrib.auth import get_user_model
 
 from cold_storage.models import ArchivedImage
 from conversations.models import Conversation, Message, Turn
 from tenants.models import EndUser, Membership, Tenant
+
+
+def _same_tenant(tenant: Tenant, *owners: Any) -> None:
+    """A row and the rows it belongs to share one tenant: a factory cannot build what the API never could."""
+    for owner in owners:
+        if owner is not None and owner.tenant_id != tenant.pk:
+            raise ValueError(f"{owner!r} belongs to another tenant than {tenant!r}")
 
 
 class TenantFactory(factory.django.DjangoModelFactory):
@@ -43,12 +52,24 @@ class MembershipFactory(factory.django.DjangoModelFactory):
 
 
 class ConversationFactory(factory.django.DjangoModelFactory):
+    """A conversation of its end user's tenant (a new tenant when it has none)."""
+
     class Meta:
         model = Conversation
 
-    tenant = factory.SubFactory(TenantFactory)
+    end_user = None
+    tenant = factory.Maybe(
+        "end_user",
+        yes_declaration=factory.SelfAttribute("end_user.tenant"),
+        no_declaration=factory.SubFactory(TenantFactory),
+    )
     model = "gpt-4o"
     title = factory.Sequence(lambda n: f"Conversation {n}")
+
+    @classmethod
+    def _create(cls, model_class: type[Conversation], *args: Any, **kwargs: Any) -> Conversation:
+        _same_tenant(kwargs["tenant"], kwargs.get("end_user"))
+        return super()._create(model_class, *args, **kwargs)
 
 
 class TurnFactory(factory.django.DjangoModelFactory):
@@ -75,8 +96,19 @@ class ArchivedImageFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = ArchivedImage
 
-    tenant = factory.SubFactory(TenantFactory)
-    conversation_id = factory.Faker("uuid4", cast_to=None)
+    class Params:
+        conversation = None  # the image's conversation: its id and its tenant
+
+    tenant = factory.Maybe(
+        "conversation",
+        yes_declaration=factory.SelfAttribute("conversation.tenant"),
+        no_declaration=factory.SubFactory(TenantFactory),
+    )
+    conversation_id = factory.Maybe(
+        "conversation",
+        yes_declaration=factory.SelfAttribute("conversation.pk"),
+        no_declaration=factory.Faker("uuid4", cast_to=None),
+    )
     sha256 = factory.Sequence(lambda n: f"{n:064x}")
     phash = dhash = ahash = "0" * 16
     width, height = 1920, 1080
