@@ -1,5 +1,6 @@
 """Reactions to signals of lower apps."""
 
+import uuid
 from typing import Any
 
 from django.db.models.signals import post_delete
@@ -25,5 +26,7 @@ def forget_the_history_index(sender: object, *, instance: Conversation, **kwargs
 
 
 @receiver(vectors_written)
-def bring_the_history_index_up_to_date(sender: object, *, conversation_id: Any, **kwargs: Any) -> None:
+def bring_the_history_index_up_to_date(
+    sender: object, *, conversation_id: uuid.UUID | str, **kwargs: Any
+) -> None:
     conversation_index_warm(conversation_id)

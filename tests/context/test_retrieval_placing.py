@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from context.retrieval import EXCERPT_MIN_WORDS, excerpt_span
+from context.retrieval import EXCERPT_MIN_WORDS, excerpt_span, focused
 from conversations.embedding import message_vectors_fill
 from memory import history_index
 from providers import embeddings
@@ -127,3 +127,23 @@ def test_the_background_embedding_run_leaves_the_index_ready(owner, conversation
     assert index.indexed_seq == 3
     assert not index.missing_vectors
     embeddings._build.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "question, searched",
+    [
+        (
+            "Can you list the order in which I brought up different aspects of my budget tracker "
+            "throughout our conversations? Mention ONLY and ONLY three items.",
+            "my budget tracker ? .",
+        ),
+        (
+            "Could you give me a comprehensive summary of how my garden project went?",
+            "how my garden project went?",
+        ),
+        ("Which port does the staging database use?", "Which port does the staging database use?"),
+        ("Can you list them?", "Can you list them?"),  # too little would be left: the question as it is
+    ],
+)
+def test_the_search_leaves_out_how_a_question_is_framed(question, searched):
+    assert focused(question) == searched
