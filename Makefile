@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run install migrate demo serve test test-services test-browser lint schema-check format bench clean \
 	bench-append bench-prefix-cache bench-context-latency bench-compaction bench-visual bench-recall \
-	bench-embedding bench-quality bench-proxy
+	bench-embedding bench-quality bench-proxy bench-knowledge bench-events
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -90,6 +90,14 @@ bench-quality: install
 # The chat proxy's overhead over calling the upstream directly (10k-message conversation, granian, 2 workers).
 bench-proxy: install
 	$(BIN)/python bench/proxy.py
+
+# Knowledge: code search quality on the installed Django package against plain BM25, ingest rates, search latency.
+bench-knowledge: install
+	$(BIN)/python bench/knowledge.py
+
+# What an append pays to publish its event: the private publisher loop against the plain call, in memory and Redis.
+bench-events: install
+	$(BIN)/python bench/events.py
 
 clean:
 	rm -rf $(VENV) var
