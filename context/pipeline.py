@@ -266,8 +266,8 @@ def stage_rewrite(state: ContextState) -> None:
 
 def stage_retrieve(state: ContextState) -> None:
     """Retrieval candidates for B5 (archival memories, the whole history, other conversations), best first;
-    the budget stage places them."""
-    load_retrieval(state)
+    the budget stage places them (as many as the most B5 may take could use)."""
+    load_retrieval(state, room=retrieval_cap(state.budget))
 
 
 def stage_decay(state: ContextState) -> None:

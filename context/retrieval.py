@@ -21,8 +21,12 @@ from prefix_cache.accounting import count_cached
 from prefix_cache.rendering import Item
 from providers.embeddings import embed_query
 
-# Hits of this conversation considered per question (the budget takes what fits, best first).
+# Hits of this conversation considered per question (the budget takes what fits, best first): one per
+# CANDIDATE_TOKENS of the room B5 may take, between MIN_CANDIDATES and MESSAGE_CANDIDATES. A large budget,
+# whose B5 is held to a few hundred tokens, does not read and count sixty messages to place three.
 MESSAGE_CANDIDATES = 60
+MIN_CANDIDATES = 8
+CANDIDATE_TOKENS = 50
 ARCHIVAL_CANDIDATES = 8
 OTHER_CONVERSATION_CANDIDATES = 8
 # A hit's relevance is the larger of its cosine similarity to the question and the share of the question's
@@ -214,7 +218,7 @@ def _first_passage(index: ConversationIndex, message: IndexedMessage) -> Passage
     )
 
 
-def _this_conversation(state: ContextState, query: str) -> list[Item]:
+def _this_conversation(state: ContextState, query: str, *, limit: int) -> list[Item]:
     index = conversation_index(state.conversation.pk)
     if index.missing_vectors:
         # Vectors still missing (a server restarted mid-backlog, or appends while vectors were off): have
@@ -227,7 +231,7 @@ def _this_conversation(state: ContextState, query: str) -> list[Item]:
         query=focus,
         query_vector=_query_vector(state, focus),
         before_seq=before,
-        limit=3 * MESSAGE_CANDIDATES,
+        limit=3 * limit,
     )
     hits = [h for h in hits if relevance(h) >= MIN_RELEVANCE]
     words = set(query.lower().replace("?", " ").split())
@@ -235,7 +239,7 @@ def _this_conversation(state: ContextState, query: str) -> list[Item]:
     # Placed best first. Measured worse on BEAM-128K 01-07 at 2,000 tokens (ER 0.668 by score): by score per
     # token, shorter hits first (0.653); maximal marginal relevance over the passage vectors, lambda 0.7
     # (0.657) or 0.5 (0.646), and no better at 8,000.
-    items = _message_items(state, hits, user_prior=prior, limit=MESSAGE_CANDIDATES)
+    items = _message_items(state, hits, user_prior=prior, limit=limit)
     if BROAD_QUESTION.search(query):
         items = spread_over_sessions(items)
     return with_neighbours(state, index, items, hits)
@@ -315,7 +319,11 @@ def _knowledge(state: ContextState, query: str) -> list[Item]:
     ]
 
 
-def load_retrieval(state: ContextState) -> None:
+def candidate_count(room: int) -> int:
+    return max(MIN_CANDIDATES, min(MESSAGE_CANDIDATES, room // CANDIDATE_TOKENS))
+
+
+def load_retrieval(state: ContextState, *, room: int) -> None:
     """The retrieve stage: every candidate for B5, best first, in state.candidates. Memories and other
     conversations' hits are ranked by their own RRF scores; they interleave with this conversation's by
     rank, since the scales differ."""
@@ -327,7 +335,7 @@ def load_retrieval(state: ContextState) -> None:
     expansion = " ".join(rewrite.terms) if rewrite.method == "rules" else ""
     query = rewrite.query if rewrite.method != "rules" else state.layout.user_message
     sources = [
-        _this_conversation(state, query),
+        _this_conversation(state, query, limit=candidate_count(room)),
         _archival(state, query, expansion),
         _other_conversations(state, query, expansion),
         _knowledge(state, query),
