@@ -218,9 +218,13 @@ async def concurrent(port: int, key: str, streams: int) -> tuple[int, float]:
         try:
             async with client.stream("POST", "/v1/chat/completions", json=body) as response:
                 data = b"".join([chunk async for chunk in response.aiter_raw()])
-            return response.status_code == 200 and b"[DONE]" in data
-        except httpx.HTTPError:
+        except httpx.HTTPError as exc:
+            log(f"  stream {index}: {type(exc).__name__}: {exc}")
             return False
+        if response.status_code == 200 and b"[DONE]" in data:
+            return True
+        log(f"  stream {index}: HTTP {response.status_code}: {data[-300:]!r}")
+        return False
 
     limits = httpx.Limits(max_connections=streams)
     headers = {"Authorization": f"Bearer {key}"}
