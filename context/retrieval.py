@@ -97,23 +97,17 @@ def _query_vector(state: ContextState, query: str) -> Any:
     return vector
 
 
-def _message_items(
-    state: ContextState, hits: list[PassageHit], *, user_prior: float, limit: int
-) -> list[Item]:
-    """One item per message (the best `limit` messages): the whole message when it is one passage, else
-    its best passage."""
-
-    def weighted(hit: PassageHit) -> float:
-        return hit.score * (user_prior if hit.message.role == Message.Role.USER else 1.0)
-
-    best: dict[str, PassageHit] = {}
-    for hit in sorted(hits, key=lambda h: -weighted(h)):
-        if hit.message.id not in best:
-            best[hit.message.id] = hit
-            if len(best) == limit:
-                break
-    contents = _contents(list(best))
-    return [_hit_item(state, hit, contents.get(hit.message.id, ""), weighted(hit)) for hit in best.values()]
+def _best_hits(
+    hits: list[PassageHit], *, user_prior: float, limit: int
+) -> dict[str, tuple[PassageHit, float]]:
+    """The best `limit` messages, best first, each with its best passage and its weighted score."""
+    best: dict[str, tuple[PassageHit, float]] = {}
+    for hit in hits:
+        weighted = hit.score * (user_prior if hit.message.role == Message.Role.USER else 1.0)
+        if hit.message.id not in best or weighted > best[hit.message.id][1]:
+            best[hit.message.id] = (hit, weighted)
+    ranked = sorted(best.items(), key=lambda entry: -entry[1][1])[:limit]
+    return dict(ranked)
 
 
 def _contents(ids: list[str]) -> dict[str, str]:
@@ -163,39 +157,24 @@ def excerpt_span(content: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
-def with_neighbours(
-    state: ContextState, index: ConversationIndex, items: list[Item], hits: list[PassageHit]
-) -> list[Item]:
-    """A question and its answer belong together: each hit brings the other half of its exchange (the
-    answer after a user message, the question before an assistant's), worth NEIGHBOUR_SHARE of its score.
-    They are placed after all the hits, in the hits' order, so a small budget spends itself on hits first
-    (placed right after each hit, ER at 2,000 tokens fell from 0.668 to 0.609 on BEAM-128K 01-07). A long
-    neighbour shows its passage that matched best (else its first); one that is itself a hit stays where
-    its own rank put it."""
-    own = {str(i.source["id"]) for i in items}
+def _partners(
+    index: ConversationIndex, best: dict[str, Any], hits: list[PassageHit]
+) -> dict[str, PassageHit]:
+    """A question and its answer belong together: for each hit, the other half of its exchange (the answer
+    after a user message, the question before an assistant's) with its passage that matched best (else its
+    first), by the hit's message id. A partner that is itself a hit is left to its own rank."""
     best_passage: dict[str, PassageHit] = {}
     for hit in hits:
         best_passage.setdefault(hit.message.id, hit)
-    pairs: list[tuple[Item, PassageHit]] = []
-    for item in items:
-        other = _exchange_partner(index, int(item.source["seq"]))
-        if other is None or other.id in own:
+    taken = set(best)
+    partners: dict[str, PassageHit] = {}
+    for message_id, (hit, _score) in best.items():
+        other = _exchange_partner(index, hit.message.seq)
+        if other is None or other.id in taken:
             continue
-        own.add(other.id)
-        hit = best_passage.get(other.id) or _first_passage(index, other)
-        pairs.append((item, hit))
-    contents = _contents([hit.message.id for _, hit in pairs])
-    partner = {
-        id(item): _hit_item(
-            state,
-            hit,
-            contents.get(hit.message.id, ""),
-            item.score * NEIGHBOUR_SHARE,
-            neighbour_of=item.source["seq"],
-        )
-        for item, hit in pairs
-    }
-    return items + [partner[id(item)] for item in items if id(item) in partner]
+        taken.add(other.id)
+        partners[message_id] = best_passage.get(other.id) or _first_passage(index, other)
+    return partners
 
 
 def _exchange_partner(index: ConversationIndex, seq: int) -> IndexedMessage | None:
@@ -239,10 +218,25 @@ def _this_conversation(state: ContextState, query: str, *, limit: int) -> list[I
     # Placed best first. Measured worse on BEAM-128K 01-07 at 2,000 tokens (ER 0.668 by score): by score per
     # token, shorter hits first (0.653); maximal marginal relevance over the passage vectors, lambda 0.7
     # (0.657) or 0.5 (0.646), and no better at 8,000.
-    items = _message_items(state, hits, user_prior=prior, limit=limit)
+    best = _best_hits(hits, user_prior=prior, limit=limit)
+    partners = _partners(index, best, hits)
+    contents = _contents([*best, *(p.message.id for p in partners.values())])  # one read for both
+    items = [_hit_item(state, hit, contents.get(hit.message.id, ""), score) for hit, score in best.values()]
     if BROAD_QUESTION.search(query):
         items = spread_over_sessions(items)
-    return with_neighbours(state, index, items, hits)
+    # Partners come after all the hits, in the hits' order, worth NEIGHBOUR_SHARE of their hit: placed right
+    # after each hit, ER at 2,000 tokens fell from 0.668 to 0.609 on BEAM-128K 01-07.
+    return items + [
+        _hit_item(
+            state,
+            partners[str(item.source["id"])],
+            contents.get(partners[str(item.source["id"])].message.id, ""),
+            item.score * NEIGHBOUR_SHARE,
+            neighbour_of=item.source["seq"],
+        )
+        for item in items
+        if str(item.source["id"]) in partners
+    ]
 
 
 def _session_key(item: Item, sessions_by_day: bool, bucket: int) -> str:
