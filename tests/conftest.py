@@ -95,9 +95,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Say how many tests the run skipped for want of PostgreSQL (or Redis): `make test` runs on SQLite, and
     those tests run only in `make test-services` (CI's second pass)."""
     skipped = terminalreporter.stats.get("skipped", [])
-    for service, pattern in (("PostgreSQL", "postgres|DATABASE_URL"), ("Redis", "redis|REDIS_URL")):
-        count = sum(1 for r in skipped if re.search(pattern, _skip_reason(r), re.IGNORECASE))
-        if count:
-            terminalreporter.write_line(
-                f"{count} skipped: need {service} (make test-services runs them)", yellow=True
-            )
+    needs: dict[str, int] = {}
+    for report in skipped:  # each skip counted once, under the first service its reason names
+        reason = _skip_reason(report)
+        for service, pattern in (("PostgreSQL", "postgres|DATABASE_URL"), ("Redis", "redis|REDIS_URL")):
+            if re.search(pattern, reason, re.IGNORECASE):
+                needs[service] = needs.get(service, 0) + 1
+                break
+    for service, count in needs.items():
+        terminalreporter.write_line(
+            f"{count} skipped: need {service} (make test-services runs them)", yellow=True
+        )
