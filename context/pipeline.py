@@ -150,9 +150,10 @@ def stage_load(state: ContextState) -> None:
             tokens=count_cached(text, model=state.model),
             source={"kind": "agent_profile", "id": str(profile.id), "version": profile.version},
         )
+    # Read once: summaries, core memory, B6 and the compaction check all start from it.
+    state.boundary_seq = sources.boundary_seq(state.conversation)
     sources.load_summaries(state)
     sources.load_core_memory(state)
-    state.boundary_seq = sources.boundary_seq(state.conversation)
     state.history_until = history_until
     _load_history(state, until_seq=history_until)
 
@@ -208,7 +209,9 @@ def _load_history(state: ContextState, *, until_seq: int | None) -> None:
     base = Message.objects.filter(conversation=state.conversation, seq__gt=start, kind=Message.Kind.MESSAGE)
     if until_seq is not None:
         base = base.filter(seq__lte=until_seq)
-    page_size = 500
+    # Sized so that one page usually covers the allowance (at ~40 tokens a message): a 128k window is
+    # thousands of messages, and each page is a query.
+    page_size = min(5000, max(500, allowance // 40))
     rows: list[tuple[int, int, str]] = []
     total = 0
     cursor = None
@@ -233,23 +236,17 @@ def _load_history(state: ContextState, *, until_seq: int | None) -> None:
     )
     # Bounded on both sides and limited: with only a lower bound PostgreSQL estimates the range from the
     # whole table and may pick a parallel bitmap scan over the conversation's index.
+    # Tuples, not model instances: at a 128k window these are thousands of rows.
     messages = (
         base.filter(seq__gte=rows[0][0], seq__lte=rows[-1][0])
         .order_by("seq")
-        .only("id", "seq", "role", "content", "parts", "token_count", "is_error", "completed")[: len(rows)]
+        .values_list("id", "seq", "role", "content", "parts", "token_count", "is_error", "completed")[
+            : len(rows)
+        ]
     )
     state.layout.b6 = [
-        HistoryMessage(
-            id=str(m.id),
-            seq=m.seq,
-            role=m.role,
-            content=m.content,
-            parts=m.parts,
-            token_count=m.token_count,
-            is_error=m.is_error,
-            completed=m.completed,
-        )
-        for m in messages
+        HistoryMessage(str(pk), seq, role, content, parts, tokens, is_error, completed)
+        for pk, seq, role, content, parts, tokens, is_error, completed in messages
     ]
     attach_images(state)  # image bytes, read only for the images the prompt shows as pixels
 
@@ -538,9 +535,13 @@ def _prefix_levels(state: ContextState) -> tuple[list[PrefixLevel], list[str], P
         levels.append(PrefixLevel(level, sha256(salt + text), tokens))
     chain: list[str] = []
     running = levels[-1].hash
-    for group in state.rendered.history_groups:
-        running = sha256(running + canonical_json(group))
+    groups = [canonical_json(group) for group in state.rendered.history_groups]
+    for group in groups:
+        running = sha256(running + group)
         chain.append(running)
+    # The whole history's JSON is its groups' entries in one list: the payload hashes it without a second
+    # serialisation (thousands of messages at a 128k window).
+    state.history_json = "[" + ",".join(group[1:-1] for group in groups if len(group) > 2) + "]"
     history_hash = chain[-1] if chain else sha256(levels[-1].hash + "[]")
     levels.append(PrefixLevel(LEVELS[3], history_hash, levels[-1].tokens + state.tokens["history"]))
     prompt = None
@@ -655,7 +656,7 @@ def context_payload(state: ContextState) -> dict[str, Any]:
     if layout.b6:
         blocks["B6"] = {
             **_block(
-                canonical_json(state.rendered.history),
+                state.history_json or canonical_json(state.rendered.history),
                 model=state.model,
                 items=[
                     {"kind": "message", "id": m.id, "seq": m.seq, "tokens": m.token_count} for m in layout.b6

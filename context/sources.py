@@ -36,7 +36,7 @@ def load_summaries(state: ContextState) -> None:
     (a new segment only arrives with a compaction), so the system message stays byte-identical meanwhile.
     An imported transcript has its compaction records but no segments yet: they are replayed first."""
     segments = segments_live(conversation=state.conversation) or segments_replay(
-        conversation=state.conversation
+        conversation=state.conversation, cut=state.boundary_seq
     )
     items = []
     for segment in segments:
@@ -57,7 +57,7 @@ def load_core_memory(state: ContextState) -> None:
     conversation = state.conversation
     if conversation.end_user_id is None:
         return
-    snapshot = core_memory_snapshot_get(conversation=conversation, boundary_seq=boundary_seq(conversation))
+    snapshot = core_memory_snapshot_get(conversation=conversation, boundary_seq=state.boundary_seq)
     folded = core_memory_at(end_user_id=conversation.end_user_id, versions=snapshot.versions)
     items = []
     for label in sorted(folded, key=label_order):
@@ -152,7 +152,9 @@ def compaction_schedule(state: ContextState, *, history_budget: int) -> None:
         and not any(d["block"] == "B6" for d in state.dropped)
     )
     history = (
-        sum(m.token_count for m in state.layout.b6) if loaded_all else history_tokens(state.conversation)
+        sum(m.token_count for m in state.layout.b6)
+        if loaded_all
+        else history_tokens(state.conversation, cut=state.boundary_seq)
     )
     if history >= cfg.background * budget:
         compaction_request(conversation=state.conversation, trigger="auto", history_budget=budget)

@@ -51,6 +51,7 @@ class ContextState:
     degradations: list[dict[str, Any]] = field(default_factory=list)
     dropped: list[dict[str, Any]] = field(default_factory=list)
     rendered: Rendered | None = None
+    history_json: str = ""  # B6 as sent, canonical JSON (the hint stage serialises it once for both hashes)
     tokens: dict[str, Any] = field(default_factory=dict)
     prefix: dict[str, Any] = field(default_factory=dict)
     context_id: str | None = None

@@ -69,8 +69,13 @@ class Layout:
     user_message: str = ""
 
 
+# One encoder for every call: json.dumps with options builds a new one each time, and the hint stage encodes
+# each history message (thousands at a 128k window).
+_CANONICAL = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return _CANONICAL.encode(value)
 
 
 def sha256(text: str) -> str:

@@ -51,26 +51,40 @@ class PrefixMatch:
     chain_index: int | None  # the last history message up to which this prompt was sent before
 
 
+# Where the chain is looked up first: a prompt usually extends one sent a turn ago, so the longest prefix
+# sent before ends among the newest messages, and the IN list stays short at a 128k window of thousands.
+CHAIN_PROBE = 64
+CHAIN_LEVELS = (PrefixHint.Level.B6, PrefixHint.Level.PROMPT)
+
+
+def _hints_known(tenant: Tenant, *, levels: list[PrefixLevel], chain: list[str]) -> set[tuple[str, str]]:
+    """(level, hash) of the tenant's hints among these levels and history-chain hashes."""
+    wanted = Q(level__in=CHAIN_LEVELS, hash__in=chain)
+    if levels:
+        wanted |= Q(level__in=[lv.level for lv in levels], hash__in=[lv.hash for lv in levels])
+    return set(PrefixHint.objects.filter(tenant=tenant).filter(wanted).values_list("level", "hash"))
+
+
 def prefix_hints_record(
     *, tenant: Tenant, levels: list[PrefixLevel], chain: list[str] | None = None
 ) -> PrefixMatch:
     """Count this request's prefixes and find what the tenant sent before: the deepest whole level, and
     along the hash chain of the history (one hash per stored message, each over the one before) the longest
-    prefix some earlier prompt carried — the part a provider can serve from its cache. Three queries."""
+    prefix some earlier prompt carried — the part a provider can serve from its cache. Three queries
+    (four when the newest part of the chain was never sent)."""
     now = timezone.now()
     chain = chain or []
-    chain_levels = [PrefixHint.Level.B6, PrefixHint.Level.PROMPT]
-    rows = PrefixHint.objects.filter(tenant=tenant).filter(
-        Q(level__in=[lv.level for lv in levels], hash__in=[lv.hash for lv in levels])
-        | Q(level__in=chain_levels, hash__in=chain)
-    )
-    known = set(rows.values_list("level", "hash"))
+    head, tail = chain[:-CHAIN_PROBE], chain[-CHAIN_PROBE:]
+    known = _hints_known(tenant, levels=levels, chain=tail)
     hit = None
     for lv in levels:
         if (lv.level, lv.hash) not in known:
             break  # a deeper level cannot match when a shallower one did not
         hit = lv.level
-    seen_chain = {h for level, h in known if level in chain_levels}
+    seen_chain = {h for level, h in known if level in CHAIN_LEVELS}
+    if head and not seen_chain.intersection(tail):
+        # Only when the newest part of the history was never sent (a first call, a moved window).
+        seen_chain = {h for _, h in _hints_known(tenant, levels=[], chain=head)}
     chain_index = next((i for i in range(len(chain) - 1, -1, -1) if chain[i] in seen_chain), None)
 
     seen = [lv for lv in levels if (lv.level, lv.hash) in known]

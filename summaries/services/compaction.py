@@ -97,9 +97,9 @@ class CompactionOutcome:
 # --- planning -----------------------------------------------------------------------------------------------
 
 
-def history_tokens(conversation: Conversation) -> int:
-    """Tokens of B6: the messages after the last boundary."""
-    cut = boundary_last(conversation)[1]
+def history_tokens(conversation: Conversation, *, cut: int | None = None) -> int:
+    """Tokens of B6: the messages after the last boundary (`cut`, when the caller has read it already)."""
+    cut = boundary_last(conversation)[1] if cut is None else cut
     total = Message.objects.filter(
         conversation=conversation, kind=Message.Kind.MESSAGE, seq__gt=cut
     ).aggregate(tokens=Sum("token_count"))["tokens"]
@@ -977,11 +977,12 @@ def _offline(cfg: CompactionConfig) -> CompactionConfig:
     return replace(cfg, llm=None)
 
 
-def segments_replay(*, conversation: Conversation) -> list[SummarySegment]:
+def segments_replay(*, conversation: Conversation, cut: int | None = None) -> list[SummarySegment]:
     """Rebuild the segment rows of a conversation that has compaction records but no segments (an imported
     transcript) from its compact_summary messages, in seq order, superseding as recorded. Idempotent: a
-    conversation that has segments, or was already replayed, is left alone. Returns the live segments."""
-    cut = boundary_last(conversation)[1]
+    conversation that has segments, or was already replayed, is left alone. Returns the live segments.
+    `cut`: the seq B6 resumes after, when the caller has read it already."""
+    cut = boundary_last(conversation)[1] if cut is None else cut
     if cut == 0:
         return []
     if SummarySegment.objects.filter(conversation=conversation).exists():
