@@ -65,6 +65,38 @@ def _hints_known(tenant: Tenant, *, levels: list[PrefixLevel], chain: list[str])
     return set(PrefixHint.objects.filter(tenant=tenant).filter(wanted).values_list("level", "hash"))
 
 
+def _hints_count(tenant: Tenant, *, seen: set[str], now: datetime) -> None:
+    """One more hit for each hint seen again. Every call of a tenant counts the same few rows (its agent
+    profile's levels), and the context call holds its row locks until it commits: rows another call holds
+    are skipped (its count is approximate), so concurrent calls never wait on each other here, let alone
+    deadlock (seen with 50 concurrent proxied streams)."""
+    if not seen:
+        return
+    free = PrefixHint.objects.filter(tenant=tenant, hash__in=seen).select_for_update(skip_locked=True)
+    PrefixHint.objects.filter(pk__in=free.values("pk")).update(hits=F("hits") + 1, last_seen=now)
+
+
+def _hints_add(tenant: Tenant, new: list[PrefixLevel], *, now: datetime) -> None:
+    """Insert the hints not seen before. Two calls may race to create the same hint: the second waits for
+    the first and inserts nothing. Rows go in one order everywhere, so two such waits never form a cycle."""
+    if not new:
+        return
+    PrefixHint.objects.bulk_create(
+        [
+            PrefixHint(
+                tenant=tenant,
+                level=lv.level,
+                hash=lv.hash,
+                token_count=lv.tokens,
+                first_seen=now,
+                last_seen=now,
+            )
+            for lv in sorted(new, key=lambda lv: (lv.level, lv.hash))
+        ],
+        ignore_conflicts=True,
+    )
+
+
 def prefix_hints_record(
     *, tenant: Tenant, levels: list[PrefixLevel], chain: list[str] | None = None
 ) -> PrefixMatch:
@@ -87,28 +119,8 @@ def prefix_hints_record(
         seen_chain = {h for _, h in _hints_known(tenant, levels=[], chain=head)}
     chain_index = next((i for i in range(len(chain) - 1, -1, -1) if chain[i] in seen_chain), None)
 
-    seen = [lv for lv in levels if (lv.level, lv.hash) in known]
-    if seen:
-        PrefixHint.objects.filter(tenant=tenant, hash__in={lv.hash for lv in seen}).update(
-            hits=F("hits") + 1, last_seen=now
-        )
-    new = [lv for lv in levels if (lv.level, lv.hash) not in known]
-    if new:
-        # Two requests may race to create the same hint; the loser's row is simply not inserted.
-        PrefixHint.objects.bulk_create(
-            [
-                PrefixHint(
-                    tenant=tenant,
-                    level=lv.level,
-                    hash=lv.hash,
-                    token_count=lv.tokens,
-                    first_seen=now,
-                    last_seen=now,
-                )
-                for lv in new
-            ],
-            ignore_conflicts=True,
-        )
+    _hints_count(tenant, seen={lv.hash for lv in levels if (lv.level, lv.hash) in known}, now=now)
+    _hints_add(tenant, [lv for lv in levels if (lv.level, lv.hash) not in known], now=now)
     return PrefixMatch(level=hit, chain_index=chain_index)
 
 

@@ -1,7 +1,10 @@
 """Prefix accounting: layered prefix hashes, the PrefixHint level a call hits, predicted cached tokens by
 each provider's rule, and one CacheUsage row per context call."""
 
+import threading
+
 import pytest
+from django.db import connection, transaction
 
 from context.services import agent_profile_create
 from prefix_cache.models import CacheUsage, PrefixHint
@@ -185,3 +188,38 @@ def test_a_shallow_change_resets_the_deeper_levels(owner, conversation, profile)
     # The history is unchanged, but it follows a new system message: no level is a hit.
     assert body["prefix"]["hint_level"] is None
     assert body["prefix"]["predicted_cached_tokens"] == 0
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_call_does_not_wait_for_hint_rows_another_call_holds(owner, conversation, profile):
+    """Concurrent calls of a tenant count the same hint rows (its profile's levels) while their
+    transactions are open; fifty proxied streams at once deadlocked on them. A call skips rows another
+    holds instead of waiting for them."""
+    first = context(owner, conversation, user_message="hi")
+    held, release, done = threading.Event(), threading.Event(), []
+
+    def other_call() -> None:
+        try:
+            with transaction.atomic():
+                list(PrefixHint.objects.select_for_update().filter(tenant=owner.tenant))
+                held.set()
+                release.wait(timeout=30)
+            done.append(True)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=other_call)
+    thread.start()
+    try:
+        assert held.wait(timeout=30)
+        second = context(owner, conversation, user_message="hi")
+        finished_while_held = not release.is_set()
+    finally:
+        release.set()
+        thread.join()
+    assert finished_while_held and done == [True]
+    assert second["prefix"]["hint_level"] == "B1+B2a+B4+B6"  # the reads were not blocked either
+    assert second["prefix"]["hashes"] == first["prefix"]["hashes"]
+    # The held rows were not counted; nothing was lost or duplicated.
+    assert {h.hits for h in PrefixHint.objects.filter(tenant=owner.tenant)} == {1}
