@@ -17,7 +17,7 @@ from prefix_cache.accounting import count_cached
 from prefix_cache.rendering import Item, canonical_json
 from summaries.conf import compaction_config
 from summaries.selectors import history_start_seq, segment_prompt_text, segment_source, segments_live
-from summaries.services import compaction_request, history_tokens, segments_replay
+from summaries.services import compaction_queued, compaction_request, history_tokens, segments_replay
 
 logger = logging.getLogger(__name__)
 
@@ -151,10 +151,11 @@ def compaction_schedule(state: ContextState, *, history_budget: int) -> None:
         and state.history_until is None
         and not any(d["block"] == "B6" for d in state.dropped)
     )
-    history = (
-        sum(m.token_count for m in state.layout.b6)
-        if loaded_all
-        else history_tokens(state.conversation, cut=state.boundary_seq)
-    )
+    if loaded_all:
+        history = sum(m.token_count for m in state.layout.b6)
+    elif compaction_queued(state.conversation):
+        return  # one is on its way: summing the history (thousands of rows when it lags) would only say so
+    else:
+        history = history_tokens(state.conversation, cut=state.boundary_seq)
     if history >= cfg.background * budget:
         compaction_request(conversation=state.conversation, trigger="auto", history_budget=budget)

@@ -797,6 +797,12 @@ def compaction_interrupted_record(
 # --- background ---------------------------------------------------------------------------------------------
 
 
+def compaction_queued(conversation: Conversation) -> bool:
+    """A compaction is queued and not stale (compaction_request would collapse another trigger into it)."""
+    stale = timezone.now() - timedelta(seconds=settings.MNEMO_COMPACTION_HARD_TIME_LIMIT * 2)
+    return CompactionState.objects.filter(pk=conversation.pk, queued_at__gte=stale).exists()
+
+
 def compaction_request(
     *, conversation: Conversation, trigger: str = "auto", history_budget: int | None = None
 ) -> bool:
@@ -804,7 +810,7 @@ def compaction_request(
     one queued task. The task is sent when the current transaction commits. Returns whether it queued."""
     CompactionState.objects.get_or_create(conversation=conversation)
     now = timezone.now()
-    stale = now - timedelta(seconds=settings.MNEMO_COMPACTION_HARD_TIME_LIMIT * 2)
+    stale = now - timedelta(seconds=settings.MNEMO_COMPACTION_HARD_TIME_LIMIT * 2)  # as compaction_queued
     queued = (
         CompactionState.objects.filter(pk=conversation.pk)
         .filter(Q(queued_at__isnull=True) | Q(queued_at__lt=stale))

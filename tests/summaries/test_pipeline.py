@@ -9,6 +9,8 @@ In these tests Celery is eager: a queued compaction runs when the request's tran
 test database only does inside django_capture_on_commit_callbacks(execute=True)."""
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from context.pipeline import MIN_COMPACTION_HISTORY_TOKENS, STAGES, ContextRequest, context_assemble
 from conversations.models import Message
@@ -140,6 +142,22 @@ def test_no_compaction_runs_inside_the_request_even_far_over_the_allowance(
     given_way = [d["source"]["id"] for d in after["dropped"] if d["block"] == "B4"]
     assert shown + given_way == [str(segment.id)]  # shown, or listed where its share is too small
     assert after["tokens"]["total"] <= budget
+
+
+def test_while_a_compaction_is_queued_a_cut_window_does_not_sum_the_history_again(
+    owner, small_budget, queued, django_capture_on_commit_callbacks
+):
+    """A queued compaction that lags (no worker yet) would otherwise have every call sum the tokens of the
+    whole history since the boundary, to find only that a compaction is needed."""
+    grow_to(small_budget, 0.9)
+    with django_capture_on_commit_callbacks(execute=True):
+        context(owner, small_budget, token_budget=400)
+    assert len(queued) == 1 and queued_at(small_budget) is not None
+    with CaptureQueriesContext(connection) as captured:
+        body = context(owner, small_budget, token_budget=400)
+    assert body["window"]["window_start_seq"] > body["window"]["boundary_seq"]  # B6 starts after a cut
+    assert not [q["sql"] for q in captured if 'SUM("conversations_message"."token_count")' in q["sql"]]
+    assert len(queued) == 1
 
 
 def test_a_small_request_budget_asks_for_compaction_only_past_the_share_of_the_minimum(
