@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
+from config.startup import warm_state
 from providers.metrics import REQUEST_SECONDS, metrics_render
 
 logger = logging.getLogger(__name__)
@@ -88,7 +89,8 @@ def _check_migrations() -> str:
 @never_cache
 @require_safe
 def readyz(request: HttpRequest) -> JsonResponse:
-    """Readiness: the database answers, Redis answers when REDIS_URL is set, every migration is applied.
+    """Readiness: the database answers, Redis answers when REDIS_URL is set, every migration is applied, and
+    the start-up warm-up (config.startup.caches_warm) has finished.
     503 names the checks that failed; details go to the log, not to an unauthenticated caller."""
     checks: dict[str, str] = {}
     for name, check in (("database", _check_database), ("redis", _check_redis)):
@@ -105,6 +107,7 @@ def readyz(request: HttpRequest) -> JsonResponse:
             checks["migrations"] = f"failed ({type(exc).__name__})"
     else:
         checks["migrations"] = "not checked"
+    checks["warm"] = warm_state()
     failed = [
         name for name, outcome in checks.items() if outcome.startswith("failed") or outcome == "pending"
     ]

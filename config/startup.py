@@ -1,5 +1,7 @@
 """What a server process does once Django is set up (config/asgi.py, config/wsgi.py): load the local
-embedding model in the background, and in the embedded mode, where there is no broker and so no beat
+embedding model, the tokenizers and the retrieval indexes of the most recently active conversations in the
+background (so the first calls after a restart do not each pay for them; /readyz says "pending" meanwhile),
+and in the embedded mode, where there is no broker and so no beat
 process, run the periodic tasks of CELERY_BEAT_SCHEDULE itself (the vector sweep that picks up messages
 left without vectors by a restart, the compaction catch-up, the task-state fold, the image purge), each on
 this process's background thread at its interval, the first time shortly after start."""
@@ -24,8 +26,55 @@ EMBEDDED_BEAT_DELAY_SECONDS = 5.0
 
 def server_started() -> None:
     embeddings_warm()  # the first context call does not wait for the model
+    caches_warm()
     if embedded_beat_enabled():
         EmbeddedBeat(settings.CELERY_BEAT_SCHEDULE).start()
+
+
+def caches_warm() -> threading.Thread | None:
+    """On a background thread: load the shipped tokenizers (o200k takes ~190 ms), then build the retrieval
+    index of each of the MNEMO_WARM_CONVERSATIONS most recently active conversations (a long one takes
+    ~150-250 ms: on BEAM-128K, every call over 250 ms in a fresh server was a conversation's first). None
+    when MNEMO_WARM_ON_START is off."""
+    if not settings.MNEMO_WARM_ON_START:
+        return None
+    count = min(settings.MNEMO_WARM_CONVERSATIONS, settings.MNEMO_RECALL_INDEX_CONVERSATIONS)
+    _warm_done.clear()
+    _warm_started.set()
+    thread = threading.Thread(target=_caches_warm, args=(count,), name="mnemo-caches-warm", daemon=True)
+    thread.start()
+    return thread
+
+
+_warm_started, _warm_done = threading.Event(), threading.Event()
+
+
+def warm_state() -> str:
+    """For /readyz: "pending" while caches_warm runs (a load balancer then sends this process nothing yet),
+    "ok" when it has finished, "off" when it was not started."""
+    if not _warm_started.is_set():
+        return "off"
+    return "ok" if _warm_done.is_set() else "pending"
+
+
+def _caches_warm(count: int) -> None:
+    from django.db import DatabaseError, connection
+
+    from conversations.models import Conversation
+    from memory.history_index import conversation_index
+    from providers.tokens import SHIPPED_ENCODINGS, get_encoding
+
+    try:
+        for name in SHIPPED_ENCODINGS:
+            get_encoding(name)
+        recent = Conversation.objects.filter(archived_at__isnull=True).order_by("-updated_at")
+        for conversation_id in recent.values_list("pk", flat=True)[:count]:
+            conversation_index(conversation_id)
+    except DatabaseError as exc:  # not migrated yet, or the database is away: the first calls build them
+        logger.warning("warming the retrieval indexes stopped: %s", exc)
+    finally:
+        connection.close()
+        _warm_done.set()
 
 
 def embedded_beat_enabled() -> bool:

@@ -471,6 +471,9 @@ MNEMO_EMBEDDED_BEAT = env_bool("MNEMO_EMBEDDED_BEAT", default=True)
 MNEMO_EAGER_TASKS_IN_THREAD = env_bool("MNEMO_EAGER_TASKS_IN_THREAD", default=True)
 # Conversations whose whole-history retrieval index a server process keeps in memory (least recently used go).
 MNEMO_RECALL_INDEX_CONVERSATIONS = env_int("MNEMO_RECALL_INDEX_CONVERSATIONS", 64, minimum=1)
+# With MNEMO_WARM_ON_START, a starting server process builds the indexes of this many of the most recently
+# active conversations in the background (at most MNEMO_RECALL_INDEX_CONVERSATIONS; 0: none).
+MNEMO_WARM_CONVERSATIONS = env_int("MNEMO_WARM_CONVERSATIONS", 48, minimum=0)
 # The dashboard's per-tenant context-call statistics are buffered in each server process and written every
 # this many seconds (0: written by each call).
 MNEMO_CONTEXT_STATS_FLUSH_SECONDS = env_int("MNEMO_CONTEXT_STATS_FLUSH_SECONDS", 10, minimum=0)

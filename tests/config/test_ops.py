@@ -52,7 +52,7 @@ def test_readyz_is_ok_when_the_database_answers_and_migrations_are_applied(setti
     assert response.status_code == 200, response.content
     assert response.json() == {
         "status": "ok",
-        "checks": {"database": "ok", "redis": "not configured", "migrations": "ok"},
+        "checks": {"database": "ok", "redis": "not configured", "migrations": "ok", "warm": "off"},
     }
 
 
@@ -69,9 +69,18 @@ def test_readyz_names_the_database_when_it_cannot_be_reached(settings):
         "database": "failed (OperationalError)",
         "redis": "not configured",
         "migrations": "not checked",
+        "warm": "off",
     }
     # The reason itself goes to the log, not to an unauthenticated caller.
     assert "could not connect" not in response.content.decode()
+
+
+def test_readyz_waits_for_the_start_up_warm_up(settings, monkeypatch):
+    settings.REDIS_URL = ""
+    monkeypatch.setattr(ops, "warm_state", lambda: "pending")
+    response = Client().get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["failed"] == ["warm"]
 
 
 def test_readyz_names_pending_migrations(settings, monkeypatch):

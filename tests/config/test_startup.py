@@ -1,13 +1,17 @@
 """A starting server: in the embedded mode (no broker, so no beat process) it runs the beat schedule's
 periodic tasks itself, so messages left without vectors by a restart get them without a context call."""
 
+import threading
 from datetime import timedelta
 
 import pytest
 from celery.schedules import crontab
 
-from config.startup import EmbeddedBeat, embedded_beat_enabled, interval_seconds
+from config import startup
+from config.startup import EmbeddedBeat, caches_warm, embedded_beat_enabled, interval_seconds, warm_state
 from conversations.models import MessageVector
+from conversations.services import conversation_create
+from memory import history_index
 from tests.summaries.helpers import append
 
 SWEEP = "conversations.tasks.message_vectors_sweep"
@@ -62,3 +66,27 @@ def test_a_failing_send_is_tried_again_next_round():
     assert beat.tick(start) == []  # logged, not raised: the beat thread lives on
     assert beat.tick(start + 10) == []
     assert calls == [SWEEP, SWEEP]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_starting_server_builds_the_indexes_of_the_most_recently_active_conversations(
+    owner, settings, monkeypatch
+):
+    """The first call of each conversation after a restart built its index in the request (~150-250 ms for
+    a long one); a starting server builds them for the latest conversations in the background."""
+    monkeypatch.setattr(startup, "_warm_started", threading.Event())  # this process's state, left as found
+    monkeypatch.setattr(startup, "_warm_done", threading.Event())
+    older, newer = (conversation_create(tenant=owner.tenant, end_user_external_id=u) for u in ("a", "b"))
+    append(older, {"role": "user", "content": "The staging database listens on port 6543."})
+    append(newer, {"role": "user", "content": "The deploy key rotates every ninety days."})
+    history_index.conversation_index_drop(older.pk)
+    history_index.conversation_index_drop(newer.pk)
+    settings.MNEMO_WARM_ON_START = True
+    settings.MNEMO_WARM_CONVERSATIONS = 1
+    caches_warm().join(timeout=60)
+    assert warm_state() == "ok"
+    assert str(newer.pk) in history_index._indexes
+    assert str(older.pk) not in history_index._indexes
+    assert history_index._indexes[str(newer.pk)].indexed_seq == 1
+    settings.MNEMO_WARM_ON_START = False
+    assert caches_warm() is None
