@@ -109,12 +109,9 @@ def wait_ready(port: int, key: str, proc: subprocess.Popen, log_path: Path) -> N
         if proc.poll() is not None:
             raise RuntimeError(f"granian exited:\n{log_path.read_text()[-3000:]}")
         with contextlib.suppress(httpx.HTTPError):
-            if (
-                httpx.get(
-                    f"http://{HOST}:{port}/v1/models", headers={"Authorization": f"Bearer {key}"}
-                ).status_code
-                == 200
-            ):
+            models = httpx.get(f"http://{HOST}:{port}/v1/models", headers={"Authorization": f"Bearer {key}"})
+            # Ready as a load balancer sees it: the start-up warm-up (tokenizers, recent indexes) is done.
+            if models.status_code == 200 and httpx.get(f"http://{HOST}:{port}/readyz").status_code == 200:
                 return
         time.sleep(0.3)
     raise RuntimeError(f"granian did not answer:\n{log_path.read_text()[-3000:]}")
