@@ -61,7 +61,18 @@ class ThreadedHttp:
             # The WSGI handler reads Content-Length bytes: a chunked body would arrive empty.
             await _refuse_length_required(send)
             return
-        await self.app(scope, receive, send)
+        await self.app(scope, _coroutine(receive), _coroutine(send))
+
+
+def _coroutine(channel: Any) -> Any:
+    """The server's receive or send as a coroutine function. a2wsgi hands what they return to
+    asyncio.run_coroutine_threadsafe, which takes nothing else; granian's return other awaitables, and every
+    request with a body got an HTML 500 ("A coroutine object is required")."""
+
+    async def call(*args: Any) -> Any:
+        return await channel(*args)
+
+    return call
 
 
 async def _refuse_length_required(send: Any) -> None:

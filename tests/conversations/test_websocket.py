@@ -507,3 +507,45 @@ def test_a_body_without_a_length_is_refused_with_411(owner, conversation):
 
     run(scenario)
     assert not Message.objects.filter(conversation=conversation).exists()
+
+
+def test_a_server_whose_receive_and_send_return_plain_awaitables_is_served(owner, conversation):
+    """granian's receive and send return awaitables that are not coroutines; a2wsgi hands them to
+    run_coroutine_threadsafe, and every request with a body got an HTML 500 there."""
+    body = b'{"role": "user", "content": "hi"}'
+    sent: list[dict[str, Any]] = []
+
+    def done(value: Any) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        future.set_result(value)
+        return future
+
+    async def scenario():
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": f"/api/v1/conversations/{conversation.id}/messages",
+            "raw_path": f"/api/v1/conversations/{conversation.id}/messages".encode(),
+            "query_string": b"",
+            "root_path": "",
+            "server": ("testserver", 80),
+            "client": ("127.0.0.1", 50000),
+            "headers": [
+                (b"host", b"testserver"),
+                (b"authorization", f"Bearer {owner.raw_key}".encode()),
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+        await application(
+            scope,
+            lambda: done({"type": "http.request", "body": body, "more_body": False}),
+            lambda message: sent.append(message) or done(None),
+        )
+
+    run(scenario)
+    assert sent[0]["status"] == 201
+    assert Message.objects.filter(conversation=conversation, content="hi").exists()
