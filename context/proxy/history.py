@@ -98,6 +98,9 @@ class Synced:
     # The key the assistant's reply gets (it continues the client's chain).
     next_position: int
     chain: str
+    # The last message this request stored (None when it stored none): the newest of the conversation, as far
+    # as this request knows, without reading it back.
+    last: Message | None = None
 
 
 def _stored_prefix(conversation: Conversation, items: list[dict[str, Any]]) -> int:
@@ -137,14 +140,15 @@ def history_sync(*, conversation: Conversation, items: list[dict[str, Any]]) -> 
     else:
         position, chain = _continuation(conversation)
         new, new_keys = items, chain_keys(items, start=position, chain=chain)
+    last = None
     if new:
         batch = [{**item, "idempotency_key": key} for item, key in zip(new, new_keys, strict=True)]
-        message_append_batch(conversation=conversation, items=batch)
+        last = message_append_batch(conversation=conversation, items=batch)[-1].message
     last_key = new_keys[-1] if new_keys else (keys[-1] if keys else None)
     if last_key is None:
         return Synced(appended=0, next_position=0, chain=_ROOT)
     position, chain = key_chain(last_key)
-    return Synced(appended=len(new), next_position=position + 1, chain=chain)
+    return Synced(appended=len(new), next_position=position + 1, chain=chain, last=last)
 
 
 def reply_key(synced: Synced, item: dict[str, Any]) -> str:

@@ -61,11 +61,12 @@ def _conversation(*, tenant: Tenant, request: ProxyRequest, conversation_id: str
     return conversation_create(tenant=tenant, end_user_external_id=request.end_user, model=request.model)
 
 
-def _current(conversation: Conversation) -> ContextRequest:
+def _current(conversation: Conversation, synced: history.Synced) -> ContextRequest:
     """The newest stored message is the question when it is a plain user message; otherwise (an agent loop
     after a tool result, or a message with images, which the current-message slot cannot carry) the whole
-    history is shown and there is no separate question."""
-    newest = (
+    history is shown and there is no separate question. The message this request just stored is that newest
+    one; only a request that stored nothing (a retry) reads it."""
+    newest = synced.last or (
         Message.objects.filter(conversation=conversation, kind=Message.Kind.MESSAGE)
         .order_by("-seq")
         .only("id", "role", "parts")
@@ -126,7 +127,7 @@ def proxy_prepare(*, tenant: Tenant, request: ProxyRequest, conversation_id: str
     try:
         synced = history.history_sync(conversation=conversation, items=request.messages)
         appended = time.perf_counter()
-        context = _current(conversation)
+        context = _current(conversation, synced)
         context.model, context.format = request.model, request.fmt
         state = context_assemble(conversation=conversation, request=context)
         # The dashboard's latency and degradation charts count proxied context assembly too.
