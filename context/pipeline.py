@@ -18,7 +18,7 @@ from context import sources
 from context.decay import attachments_decay
 from context.images import attach_images
 from context.models import AgentProfile, ConversationContext
-from context.retrieval import load_retrieval
+from context.retrieval import focused, load_retrieval
 from context.state import ContextRequest, ContextState
 from conversations.models import Conversation, Message
 from prefix_cache.accounting import count_cached
@@ -26,6 +26,7 @@ from prefix_cache.rendering import HistoryMessage, Item, canonical_json, render,
 from prefix_cache.rendering import system_sections as render_system_sections
 from prefix_cache.services import PrefixLevel, PrefixMatch, cache_usage_open, prefix_hints_record
 from prefix_cache.usage import cacheable_tokens
+from providers.embeddings import embed_query_ahead
 from providers.faults import service_faults
 from providers.model_table import ModelInfo, is_known_model, model_info
 from providers.tokens import MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS, count_message, truncate_text
@@ -143,6 +144,9 @@ def stage_load(state: ContextState) -> None:
     else:
         state.layout.user_message = request.user_message
         history_until = None
+    if sources.retrieval_enabled(state):
+        # The vector of what the question is about is computed while the stages below read the database.
+        embed_query_ahead(focused(state.layout.user_message))
 
     profile = _agent_profile(state)
     if profile is not None:

@@ -5,6 +5,7 @@ Vectors are float32 and L2-normalised, so a dot product is the cosine similarity
 import atexit
 import logging
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -187,19 +188,36 @@ def embed(texts: list[str]) -> tuple[np.ndarray | None, str]:
 _QUERY_CACHE_SIZE = 256
 _query_cache: "dict[tuple[str, str], np.ndarray]" = {}
 _query_lock = threading.Lock()
+# Queries being embedded ahead (embed_query_ahead), by the same key as the cache.
+_query_pending: "dict[tuple[str, str], Future[tuple[np.ndarray | None, str]]]" = {}
+_ahead: ThreadPoolExecutor | None = None
 
 
 def embed_query(text: str) -> tuple[np.ndarray | None, str]:
     """(one vector or None, model name or the reason): embed() for a search query, memoised, since one
-    context call searches several stores with the same question (and clients repeat questions)."""
+    context call searches several stores with the same question (and clients repeat questions). A query
+    being embedded ahead is waited for, not embedded twice."""
     status = embedder_status()
     if status.embedder is None:
         return None, status.reason
     key = (status.embedder.name, text)
     with _query_lock:
         cached = _query_cache.get(key)
+        pending = _query_pending.get(key)
     if cached is not None:
         return cached, status.embedder.name
+    if pending is not None:
+        try:
+            vector, model = pending.result()
+        except Exception:  # embed() degrades rather than raises; should it raise anyway, embed here
+            logger.exception("embedding a query ahead failed")
+        else:
+            if vector is not None:
+                return vector, model
+    return _embed_and_keep(key, text)
+
+
+def _embed_and_keep(key: tuple[str, str], text: str) -> tuple[np.ndarray | None, str]:
     vectors, model = embed([text])
     if vectors is None:
         return None, model
@@ -208,3 +226,28 @@ def embed_query(text: str) -> tuple[np.ndarray | None, str]:
             _query_cache.pop(next(iter(_query_cache)))
         _query_cache[key] = vectors[0]
     return vectors[0], model
+
+
+def embed_query_ahead(text: str) -> None:
+    """Start embedding a query a context call is about to search with, on a background thread: the local
+    model (onnxruntime releases the GIL) then runs while the call reads the database, and embed_query picks
+    the vector up (~8 ms of a call, bench/context_latency.py). Only for the local model, whose cost is CPU,
+    not a remote call."""
+    global _ahead
+    status = embedder_status()
+    if not isinstance(status.embedder, LocalMiniLM) or not text.strip():
+        return
+    key = (status.embedder.name, text)
+    with _query_lock:
+        if key in _query_cache or key in _query_pending:
+            return
+        if _ahead is None:
+            _ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemo-query-ahead")
+        future = _ahead.submit(_embed_and_keep, key, text)
+        _query_pending[key] = future
+    future.add_done_callback(lambda _: _query_pending_drop(key))
+
+
+def _query_pending_drop(key: tuple[str, str]) -> None:
+    with _query_lock:
+        _query_pending.pop(key, None)

@@ -1,11 +1,13 @@
 """A server process loads the local embedding model as it starts, on a background thread, so its first
-context call does not wait for it."""
+context call does not wait for it; a context call embeds its question ahead, while it reads the database."""
 
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from providers import embeddings
@@ -67,3 +69,35 @@ def test_a_process_that_exits_while_the_model_loads_exits_cleanly(tmp_path):
         [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
     assert (done.returncode, "terminate called" in done.stderr) == (0, False), done.stderr[-2000:]
+
+
+def test_a_query_embedded_ahead_is_picked_up_not_embedded_twice(fresh_model, monkeypatch):
+    """The context pipeline starts embedding the question while it reads the database; the retrieve stage
+    then waits for that vector instead of running the model again."""
+    embedder = embeddings.embedder_status().embedder
+    calls: list[list[str]] = []
+    started, release = threading.Event(), threading.Event()
+    original = embedder.embed
+
+    def slow_embed(texts):
+        calls.append(texts)
+        started.set()
+        release.wait(timeout=30)
+        return original(texts)
+
+    monkeypatch.setattr(embedder, "embed", slow_embed)
+    embeddings.embed_query_ahead("Which port does staging listen on?")
+    assert started.wait(timeout=30)  # running on the background thread
+    embeddings.embed_query_ahead("Which port does staging listen on?")  # already under way: nothing new
+    release.set()
+    vector, model = embeddings.embed_query("Which port does staging listen on?")
+    assert calls == [["Which port does staging listen on?"]]
+    assert model == embedder.name and vector.shape == (embedder.dimension,)
+    assert np.allclose(vector, original(["Which port does staging listen on?"])[0])
+
+
+def test_nothing_is_embedded_ahead_without_the_local_model(fresh_model):
+    fresh_model.MNEMO_EMBEDDINGS = "none"
+    embeddings._build.cache_clear()
+    embeddings.embed_query_ahead("Which port does staging listen on?")
+    assert not embeddings._query_pending and not embeddings._query_cache
