@@ -71,7 +71,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -413,12 +413,11 @@ def remove_db(var_dir: Path) -> None:
         (var_dir / name).unlink(missing_ok=True)
 
 
-def delete_conversations(api: Api, mapping: dict[str, dict[str, str]]) -> None:
+def delete_conversations(api: Api, conversation_ids: Iterable[str]) -> None:
     """Best effort: a kept load on someone else's server that is being replaced, or a load not kept."""
-    for per_budget in mapping.values():
-        for conversation_id in per_budget.values():
-            with contextlib.suppress(ApiError, httpx.HTTPError):
-                api.call("DELETE", f"/conversations/{conversation_id}")
+    for conversation_id in conversation_ids:
+        with contextlib.suppress(ApiError, httpx.HTTPError):
+            api.call("DELETE", f"/conversations/{conversation_id}")
 
 
 # --- loading -----------------------------------------------------------------------------------------------
@@ -916,7 +915,9 @@ def prepare(args: argparse.Namespace, dataset: Dataset, stack: contextlib.ExitSt
     api = Api(service.url, service.api_key)
     stack.callback(api.close)
     if old and not reuse and args.url and old.get("server") == identity(args):
-        delete_conversations(api, old["conversations"])  # the same end users are about to be loaded again
+        # The same end users are about to be loaded again.
+        loaded = [i for per_budget in old["conversations"].values() for i in per_budget.values()]
+        delete_conversations(api, loaded)
     manifest = old if reuse and old else {"data_sha256": dataset.sha256, "server": identity(args)}
     manifest.setdefault("conversations", {})
     manifest["api_key"] = service.api_key
