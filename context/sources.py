@@ -7,6 +7,8 @@ load_retrieval (B5), after B6 is loaded."""
 
 import logging
 
+from django.db import transaction
+
 from context.state import ContextState
 from conversations.models import Conversation, Message
 from memory.rewrite import query_rewrite
@@ -158,4 +160,10 @@ def compaction_schedule(state: ContextState, *, history_budget: int) -> None:
     else:
         history = history_tokens(state.conversation, cut=state.boundary_seq)
     if history >= cfg.background * budget:
-        compaction_request(conversation=state.conversation, trigger="auto", history_budget=budget)
+        # Once the call has committed, not inside it: compaction_request locks the compaction-state row, and a
+        # call holding it until its commit (which checks its new rows' keys against the conversation row a
+        # running compaction holds, while that compaction waits for the state row) deadlocked on PostgreSQL.
+        conversation = state.conversation
+        transaction.on_commit(
+            lambda: compaction_request(conversation=conversation, trigger="auto", history_budget=budget)
+        )
