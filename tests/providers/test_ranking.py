@@ -97,6 +97,37 @@ def test_a_vector_added_after_a_query_is_scored_and_another_model_forgets_them()
     assert (vectors.model, len(vectors)) == ("other", 0)
 
 
+def test_vectors_added_between_queries_score_as_in_a_table_built_with_them():
+    """The matrix grows in place (rows appended, a changed vector rewritten): every query scores exactly,
+    to the bit, as a table filled at once, whether the items are 0, 1, 2, ... or scattered."""
+    rng = np.random.default_rng(7)
+    for positions in (list(range(40)), [int(p) for p in rng.permutation(60)[:40]]):
+        grown, fresh = Vectors(), Vectors()
+        vectors = {p: _unit(*rng.standard_normal(16)) for p in positions}
+        for start in range(0, 40, 7):
+            for p in positions[start : start + 7]:
+                grown[p] = vectors[p]
+            query = _unit(*rng.standard_normal(16))
+            grown.similarity(query, 64)  # writes the rows so far
+        vectors[positions[3]] = _unit(*rng.standard_normal(16))
+        grown[positions[3]] = vectors[positions[3]]
+        for p in positions:
+            fresh[p] = vectors[p]
+        for _ in range(5):
+            query = _unit(*rng.standard_normal(16))
+            assert grown.similarity(query, 64).tobytes() == fresh.similarity(query, 64).tobytes()
+        assert grown.similarity(query, 64)[positions[3]] == pytest.approx(float(vectors[positions[3]] @ query))
+
+
+def test_vectors_of_another_dimension_in_one_table_are_refused():
+    vectors = Vectors()
+    vectors[0] = _unit(1, 0)
+    vectors.similarity(_unit(1, 0), 2)
+    vectors[1] = _unit(1, 0, 0)
+    with pytest.raises(ValueError):
+        vectors.similarity(_unit(1, 0), 2)
+
+
 def test_ranks_order_eligible_positive_scores_ties_by_position_to_a_depth():
     scores = np.array([0.5, 0.9, 0.5, 0.0, 0.7, -0.2, 0.9], dtype=np.float32)
     everything = np.ones(7, dtype=bool)
