@@ -89,6 +89,17 @@ def seed(count: int, rng: random.Random) -> tuple[str, str]:
     return raw_key, str(conversation.id)
 
 
+def analyze() -> None:
+    """Fresh planner statistics, as autovacuum gathers them on a table that grew this way (and as
+    bench/context_latency.py does). Without them (autovacuum is off on some servers, this machine's
+    included) PostgreSQL still takes the seeded table for empty: the proxy's read of the conversation's
+    newest message became a bitmap scan and sort of all 10,000 rows, ~3 ms of every append."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+
+
 def server(env: dict[str, str], workers: int, port: int, log_path: Path) -> subprocess.Popen:
     command = [
         str(Path(sys.executable).parent / "granian"), "--interface", "asginl", "config.asgi:application",
@@ -295,6 +306,8 @@ def main() -> int:
         started = time.perf_counter()
         key, conversation = seed(args.messages, rng)
         log(f"seeded {args.messages} messages in {time.perf_counter() - started:.1f}s")
+        if database_url:
+            analyze()
         env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
         env.update(
             DJANGO_SETTINGS_MODULE="config.django.local", DJANGO_DEBUG="false", DJANGO_ALLOWED_HOSTS=HOST,
