@@ -215,46 +215,49 @@ def _load_history(state: ContextState, *, until_seq: int | None) -> None:
     base = Message.objects.filter(conversation=state.conversation, seq__gt=start, kind=Message.Kind.MESSAGE)
     if until_seq is not None:
         base = base.filter(seq__lte=until_seq)
+    rows = _history_rows(state, base, allowance)
+    if not rows:
+        return
+    user_seqs = [row[1] for row in rows if row[2] == Message.Role.USER]
+    state.protected_from_seq = (
+        user_seqs[-PROTECTED_EXCHANGES] if len(user_seqs) >= PROTECTED_EXCHANGES else rows[0][1]
+    )
+    state.layout.b6 = [
+        HistoryMessage(str(pk), seq, role, content, parts, tokens, is_error, completed)
+        for pk, seq, role, content, parts, tokens, is_error, completed in rows
+    ]
+    attach_images(state)  # image bytes, read only for the images the prompt shows as pixels
+
+
+# A B6 row as _history_rows reads it (tuples, not model instances: at a 128k window these are thousands).
+HISTORY_COLUMNS = ("id", "seq", "role", "content", "parts", "token_count", "is_error", "completed")
+
+
+def _history_rows(state: ContextState, base: Any, allowance: int) -> list[tuple[Any, ...]]:
+    """The rows of B6, oldest first: pages newest first until they hold more than the allowance. Each page
+    reads whole rows: every row a page brings is shown or cut by the budget stage, and reading their tokens
+    first and their content in a second query (as before) cost a round trip and a query's compilation on
+    every call for the same rows."""
     # Sized so that one page usually covers the allowance (at ~40 tokens a message): a 128k window is
     # thousands of messages, and each page is a query.
     page_size = min(5000, max(500, allowance // 40))
-    rows: list[tuple[int, int, str]] = []
+    rows: list[tuple[Any, ...]] = []
     total = 0
     cursor = None
     while True:
         page_qs = base if cursor is None else base.filter(seq__lt=cursor)
-        page = list(page_qs.order_by("-seq").values_list("seq", "token_count", "role")[:page_size])
+        page = list(page_qs.order_by("-seq").values_list(*HISTORY_COLUMNS)[:page_size])
         rows += page
-        total += sum(r[1] for r in page)
+        total += sum(row[5] for row in page)
         if len(page) < page_size:
             break
         if total > allowance:
             # Anything older than what was read cannot fit; the budget stage reports it as dropped.
-            state.history_unread_to = page[-1][0] - 1
+            state.history_unread_to = page[-1][1] - 1
             break
-        cursor = page[-1][0]
+        cursor = page[-1][1]
     rows.reverse()
-    if not rows:
-        return
-    user_seqs = [seq for seq, _, role in rows if role == Message.Role.USER]
-    state.protected_from_seq = (
-        user_seqs[-PROTECTED_EXCHANGES] if len(user_seqs) >= PROTECTED_EXCHANGES else rows[0][0]
-    )
-    # Bounded on both sides and limited: with only a lower bound PostgreSQL estimates the range from the
-    # whole table and may pick a parallel bitmap scan over the conversation's index.
-    # Tuples, not model instances: at a 128k window these are thousands of rows.
-    messages = (
-        base.filter(seq__gte=rows[0][0], seq__lte=rows[-1][0])
-        .order_by("seq")
-        .values_list("id", "seq", "role", "content", "parts", "token_count", "is_error", "completed")[
-            : len(rows)
-        ]
-    )
-    state.layout.b6 = [
-        HistoryMessage(str(pk), seq, role, content, parts, tokens, is_error, completed)
-        for pk, seq, role, content, parts, tokens, is_error, completed in messages
-    ]
-    attach_images(state)  # image bytes, read only for the images the prompt shows as pixels
+    return rows
 
 
 def stage_overlay(state: ContextState) -> None:
