@@ -16,10 +16,12 @@ from context.proxy import history
 from context.proxy.errors import ProxyError
 from context.proxy.upstream import Reply, Upstream, upstream_for
 from context.proxy.wire import ANTHROPIC, ProxyRequest
+from context.retrieval import focused
 from conversations.models import Conversation, Message
 from conversations.selectors import access_conversation
 from conversations.services import conversation_create, message_append_batch
 from prefix_cache.services import cache_usage_report, context_call_note
+from providers.embeddings import embed_query_ahead
 from providers.model_table import MODELS
 from tenants.errors import ApplicationError
 from tenants.models import Tenant
@@ -77,6 +79,16 @@ def _current(conversation: Conversation, synced: history.Synced) -> ContextReque
     return ContextRequest(user_message="")
 
 
+def _embed_question_ahead(request: ProxyRequest) -> None:
+    """The question is the client's last message when it is plain user text (_current): its vector is
+    started before the append, so the local model runs while the append waits on the database, not only
+    while the load stage does. The load stage asks for the same text and finds it under way
+    (providers.embeddings.embed_query_ahead)."""
+    last = request.messages[-1]
+    if last["role"] == Message.Role.USER and not last["parts"] and isinstance(last["content"], str):
+        embed_query_ahead(focused(last["content"]))
+
+
 def upstream_body(*, request: ProxyRequest, rendered: Any) -> dict[str, Any]:
     """The assembled context in the upstream's format, the client's own system text ahead of Mnemo's
     system message (both stable, so the prefix cache still hits), and the client's other options."""
@@ -124,6 +136,7 @@ def proxy_prepare(*, tenant: Tenant, request: ProxyRequest, conversation_id: str
     upstream = upstream_for(fmt=request.fmt, tenant_settings=tenant.settings or {})
     conversation = _conversation(tenant=tenant, request=request, conversation_id=conversation_id)
     started = time.perf_counter()
+    _embed_question_ahead(request)
     try:
         synced = history.history_sync(conversation=conversation, items=request.messages)
         appended = time.perf_counter()
