@@ -5,13 +5,15 @@ Blocks come from sources (context/sources.py); a block whose source is not built
 """
 
 import dataclasses
+import json
 import logging
 import time
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Min, Sum
+from django.db.models import Count, Min, Sum, TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from context import sources
@@ -223,14 +225,23 @@ def _load_history(state: ContextState, *, until_seq: int | None) -> None:
         user_seqs[-PROTECTED_EXCHANGES] if len(user_seqs) >= PROTECTED_EXCHANGES else rows[0][1]
     )
     state.layout.b6 = [
-        HistoryMessage(str(pk), seq, role, content, parts, tokens, is_error, completed)
+        HistoryMessage(str(pk), seq, role, content, _parts(parts), tokens, is_error, completed)
         for pk, seq, role, content, parts, tokens, is_error, completed in rows
     ]
     attach_images(state)  # image bytes, read only for the images the prompt shows as pixels
 
 
 # A B6 row as _history_rows reads it (tuples, not model instances: at a 128k window these are thousands).
-HISTORY_COLUMNS = ("id", "seq", "role", "content", "parts", "token_count", "is_error", "completed")
+# The parts come as text: most messages have none ("[]"), and the JSON field's converter decoded each
+# one (~1 ms of the ~500-message window of bench/proxy.py).
+HISTORY_COLUMNS = ("id", "seq", "role", "content", "parts_text", "token_count", "is_error", "completed")
+HISTORY_TEXT = {"parts_text": Cast("parts", TextField())}
+
+
+def _parts(text: str | None) -> list[dict[str, Any]] | None:
+    if text == "[]":
+        return []
+    return None if text is None else json.loads(text)
 
 
 def _history_rows(state: ContextState, base: Any, allowance: int) -> list[tuple[Any, ...]]:
@@ -246,7 +257,9 @@ def _history_rows(state: ContextState, base: Any, allowance: int) -> list[tuple[
     cursor = None
     while True:
         page_qs = base if cursor is None else base.filter(seq__lt=cursor)
-        page = list(page_qs.order_by("-seq").values_list(*HISTORY_COLUMNS)[:page_size])
+        page = list(
+            page_qs.annotate(**HISTORY_TEXT).order_by("-seq").values_list(*HISTORY_COLUMNS)[:page_size]
+        )
         rows += page
         total += sum(row[5] for row in page)
         if len(page) < page_size:
@@ -416,22 +429,14 @@ def retrieval_cap(budget: int) -> int:
 
 
 def _fill_retrieval(state: ContextState, history_tokens: int) -> dict[str, int]:
-    """B5: the candidates, best first, into the room the other blocks leave (a hit whose message B6 shows
-    whole is skipped). Sizes are summed (an item and its separator), then the exact count takes back the
-    weakest while it is over. What did not fit is listed."""
+    """B5: the candidates, best first, into the room the other blocks leave (nothing the prompt already
+    shows, see _place_retrieval). Sizes are summed (an item and its separator), then the exact count takes
+    back the weakest while it is over. What did not fit is listed."""
     layout = state.layout
     totals = _exact_total(state, history_tokens)
     room = min(state.budget - totals["total"], retrieval_cap(state.budget))
     shown = {m.id for m in layout.b6 if not any(d.get("id") == m.id for d in state.dropped)}
-    added: list[Item] = []
-    for item in state.candidates:
-        if item.source.get("id") in shown and item.source.get("kind") == "message":
-            continue
-        cost = item.tokens + (SECTION_TOKENS if not layout.b5 else SEPARATOR_TOKENS)
-        if cost <= room:
-            layout.b5.append(item)
-            added.append(item)
-            room -= cost
+    added, said = _place_retrieval(state, shown, room)
     totals = _exact_total(state, history_tokens)
     while added and totals["total"] > state.budget:
         weakest = min(added, key=lambda i: i.score)
@@ -439,7 +444,11 @@ def _fill_retrieval(state: ContextState, history_tokens: int) -> dict[str, int]:
         layout.b5.remove(weakest)
         totals = _exact_total(state, history_tokens)
     placed = {id(i) for i in layout.b5}
-    left = [i for i in state.candidates if id(i) not in placed and i.source.get("id") not in shown]
+    left = [
+        i
+        for i in state.candidates
+        if id(i) not in placed and i.source.get("id") not in shown and not _quotes_only(i, said)
+    ]
     if left:
         state.dropped.append(
             {
@@ -451,6 +460,39 @@ def _fill_retrieval(state: ContextState, history_tokens: int) -> dict[str, int]:
             }
         )
     return totals
+
+
+def _quotes_only(item: Item, said: set[str]) -> bool:
+    """A memory taken from messages the prompt shows whole (the memory agent's rules keep a statement
+    verbatim): it says nothing they do not, and without their date and seq."""
+    sources = item.source.get("source_message_ids")
+    return item.source.get("kind") == "archival" and bool(sources) and set(sources) <= said
+
+
+def _place_retrieval(state: ContextState, shown: set[str], room: int) -> tuple[list[Item], set[str]]:
+    """Place the candidates in order while they fit: a message B6 shows whole is skipped, and so is a memory
+    quoting only messages the prompt shows whole (one placed before the message it quotes gives its room
+    back). Returns what was placed and the ids of the messages the prompt shows whole."""
+    layout = state.layout
+    said = set(shown)
+    added: list[Item] = []
+    for item in state.candidates:
+        kind = item.source.get("kind")
+        if (kind == "message" and item.source.get("id") in shown) or _quotes_only(item, said):
+            continue
+        cost = item.tokens + (SECTION_TOKENS if not layout.b5 else SEPARATOR_TOKENS)
+        if cost > room:
+            continue
+        layout.b5.append(item)
+        added.append(item)
+        room -= cost
+        if kind == "message" and "span" not in item.source:
+            said.add(str(item.source["id"]))
+            for quoting in [i for i in added if _quotes_only(i, said)]:
+                added.remove(quoting)
+                layout.b5.remove(quoting)
+                room += quoting.tokens + SEPARATOR_TOKENS
+    return added, said
 
 
 def _cut_history(state: ContextState, cut: list[HistoryMessage], *, kept_tokens: int) -> int:

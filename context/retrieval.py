@@ -97,15 +97,12 @@ def _query_vector(state: ContextState, query: str) -> Any:
     return vector
 
 
-def _best_hits(
-    hits: list[PassageHit], *, user_prior: float, limit: int
-) -> dict[str, tuple[PassageHit, float]]:
-    """The best `limit` messages, best first, each with its best passage and its weighted score."""
+def _best_hits(hits: list[PassageHit], *, limit: int) -> dict[str, tuple[PassageHit, float]]:
+    """The best `limit` messages, best first, each with its best passage and its score."""
     best: dict[str, tuple[PassageHit, float]] = {}
     for hit in hits:
-        weighted = hit.score * (user_prior if hit.message.role == Message.Role.USER else 1.0)
-        if hit.message.id not in best or weighted > best[hit.message.id][1]:
-            best[hit.message.id] = (hit, weighted)
+        if hit.message.id not in best or hit.score > best[hit.message.id][1]:
+            best[hit.message.id] = (hit, hit.score)
     ranked = sorted(best.items(), key=lambda entry: -entry[1][1])[:limit]
     return dict(ranked)
 
@@ -205,27 +202,29 @@ def _this_conversation(state: ContextState, query: str, *, limit: int) -> list[I
         message_vectors_request(conversation_id=state.conversation.pk)
     before = state.history_until if state.history_until is not None else index.indexed_seq
     focus = focused(query)
+    words = set(query.lower().replace("?", " ").split())
+    prior = USER_PRIOR if words & SELF_REFERENCE else 1.0
     hits = search(
         index,
         query=focus,
         query_vector=_query_vector(state, focus),
         before_seq=before,
         limit=3 * limit,
+        user_prior=prior,
     )
     hits = [h for h in hits if relevance(h) >= MIN_RELEVANCE]
-    words = set(query.lower().replace("?", " ").split())
-    prior = USER_PRIOR if words & SELF_REFERENCE else 1.0
     # Placed best first. Measured worse on BEAM-128K 01-07 at 2,000 tokens (ER 0.668 by score): by score per
     # token, shorter hits first (0.653); maximal marginal relevance over the passage vectors, lambda 0.7
     # (0.657) or 0.5 (0.646), and no better at 8,000.
-    best = _best_hits(hits, user_prior=prior, limit=limit)
+    best = _best_hits(hits, limit=limit)
     partners = _partners(index, best, hits)
     contents = _contents([*best, *(p.message.id for p in partners.values())])  # one read for both
     items = [_hit_item(state, hit, contents.get(hit.message.id, ""), score) for hit, score in best.values()]
     if BROAD_QUESTION.search(query):
         items = spread_over_sessions(items)
     # Partners come after all the hits, in the hits' order, worth NEIGHBOUR_SHARE of their hit: placed right
-    # after each hit, ER at 2,000 tokens fell from 0.668 to 0.609 on BEAM-128K 01-07.
+    # after each hit, ER at 2,000 tokens fell from 0.668 to 0.609 on BEAM-128K 01-07; merged into the hits by
+    # score, or right after each hit for broad questions only, within 0.005 of this on all 20 (2026-11-25).
     return items + [
         _hit_item(
             state,
@@ -277,7 +276,12 @@ def _archival(state: ContextState, query: str, expansion: str) -> list[Item]:
     for hit in outcome.hits:
         memory = hit.memory
         text = f"[memory, {memory.kind}] {memory.content}"
-        source = {"kind": "archival", "id": str(memory.id), "score": hit.score}
+        source = {
+            "kind": "archival",
+            "id": str(memory.id),
+            "score": hit.score,
+            "source_message_ids": [str(i) for i in memory.source_message_ids or []],
+        }
         items.append(
             Item(text=text, tokens=count_cached(text, model=state.model), source=source, score=hit.score)
         )
@@ -313,6 +317,24 @@ def _knowledge(state: ContextState, query: str) -> list[Item]:
     ]
 
 
+def stand_ins(messages: list[Item], memories: list[Item]) -> tuple[list[Item], list[Item]]:
+    """A memory taken from messages that are hits themselves (the memory agent's rules keep a statement
+    verbatim) is placed right after the last of them, as its shorter stand-in, instead of by its own rank: the
+    budget stage shows it only when the message did not fit (context.pipeline._place_retrieval). Returns the
+    messages with their stand-ins, and the other memories."""
+    position = {str(item.source["id"]): n for n, item in enumerate(messages)}
+    after: dict[int, list[Item]] = {}
+    others: list[Item] = []
+    for memory in memories:
+        sources = memory.source.get("source_message_ids") or []
+        if sources and all(s in position for s in sources):
+            after.setdefault(max(position[s] for s in sources), []).append(memory)
+        else:
+            others.append(memory)
+    merged = [x for n, item in enumerate(messages) for x in (item, *after.get(n, []))]
+    return merged, others
+
+
 def candidate_count(room: int) -> int:
     return max(MIN_CANDIDATES, min(MESSAGE_CANDIDATES, room // CANDIDATE_TOKENS))
 
@@ -328,9 +350,12 @@ def load_retrieval(state: ContextState, *, room: int) -> None:
     # A rules rewrite appends terms of the recent history: they weigh less than the user's own words.
     expansion = " ".join(rewrite.terms) if rewrite.method == "rules" else ""
     query = rewrite.query if rewrite.method != "rules" else state.layout.user_message
+    messages, memories = stand_ins(
+        _this_conversation(state, query, limit=candidate_count(room)), _archival(state, query, expansion)
+    )
     sources = [
-        _this_conversation(state, query, limit=candidate_count(room)),
-        _archival(state, query, expansion),
+        messages,
+        memories,
         _other_conversations(state, query, expansion),
         _knowledge(state, query),
     ]

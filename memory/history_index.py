@@ -88,6 +88,7 @@ class ConversationIndex:
         self.postings = Postings()  # BM25 over the passages
         self.passage_owner = array("i")  # passage -> position of its message
         self.message_seqs = array("q")
+        self.message_from_user = array("b")  # per message position: 1 when the user said it
         self.indexed_seq = 0
         self.incomplete: set[int] = set()
         self.vectors = Vectors()  # of the passages that have one
@@ -128,6 +129,7 @@ class ConversationIndex:
             self.passage_owner.append(position)
         self.messages.append(message)
         self.message_seqs.append(seq)
+        self.message_from_user.append(role == Message.Role.USER)
         self.by_seq[seq] = position
         self.indexed_seq = max(self.indexed_seq, seq)
         if not done:
@@ -164,9 +166,17 @@ VECTOR_WEIGHT = 1.5
 
 
 def search(
-    index: ConversationIndex, *, query: str, query_vector: np.ndarray | None, before_seq: int, limit: int
+    index: ConversationIndex,
+    *,
+    query: str,
+    query_vector: np.ndarray | None,
+    before_seq: int,
+    limit: int,
+    user_prior: float = 1.0,
 ) -> list[PassageHit]:
-    """The best `limit` passages of messages with seq <= before_seq, best first (fused score)."""
+    """The best `limit` passages of messages with seq <= before_seq, best first (fused score, the user's own
+    messages' times `user_prior`: weighed before the best are chosen, so that a long reply's many passages
+    cannot crowd the user's messages out of the `limit`)."""
     if not index.passages:
         return []
     owner = np.frombuffer(index.passage_owner, dtype=np.int32)
@@ -175,6 +185,9 @@ def search(
     lexical = index.postings.bm25(terms(query))
     similarity = index.vectors.similarity(query_vector, len(index.passages))
     fused = fuse(((LEXICAL_WEIGHT, lexical), (VECTOR_WEIGHT, similarity)), eligible, FUSION_DEPTH)
+    if user_prior != 1.0:
+        from_user = np.frombuffer(index.message_from_user, dtype=np.int8)[owner].astype(bool)
+        fused[from_user] *= user_prior
     return [
         PassageHit(
             message=index.messages[index.passages[i].message],

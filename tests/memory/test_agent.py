@@ -66,9 +66,10 @@ def test_a_completed_exchange_queues_the_agent_after_commit(
     with django_capture_on_commit_callbacks(execute=True):
         append(conversation, {"role": "assistant", "content": "Got it."})
     assert ArchivalMemory.objects.get().subject == "timezone"
-    # The next call finds the new memory.
+    # The next call has it: B6 shows the message whole, so the memory quoting it is not repeated in B5.
     body = context(owner, conversation, user_message="Which timezone am I in?")
-    assert "Europe/Berlin" in body["messages"][-1]["content"]
+    assert "Europe/Berlin" in body["messages"][0]["content"]
+    assert all(i["kind"] != "archival" for i in body["blocks"].get("B5", {}).get("items", []))
 
 
 def test_a_cut_off_reply_marked_completed_queues_the_agent(

@@ -85,3 +85,25 @@ def test_a_deleted_conversation_takes_its_index_with_it(conversation):
     assert str(conversation.id) in history_index._indexes
     conversation.delete()
     assert str(conversation.id) not in history_index._indexes
+
+
+def test_the_user_prior_weighs_before_the_best_passages_are_chosen(conversation):
+    reply = "\n\n".join(
+        f"Section {n}: the kettle descaling schedule, kettle descaling filters and kettle descaling care."
+        + " filler" * 70
+        for n in range(6)
+    )
+    append(
+        conversation,
+        {"role": "assistant", "content": reply},
+        {"role": "user", "content": "Once a month I clean the kettle with citric acid, it works."},
+    )
+    index = conversation_index(conversation.id)
+    assert len(index.messages[0].passages) == 6  # each passage ranks on its own
+
+    def seqs(**prior):
+        hits = search(index, query="kettle descaling", query_vector=None, before_seq=10, limit=3, **prior)
+        return {h.message.seq for h in hits}
+
+    assert seqs() == {1}  # the reply's passages fill the limit
+    assert 2 in seqs(user_prior=2.5)  # weighed first, the user's own message is among them
