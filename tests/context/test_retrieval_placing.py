@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from context.retrieval import EXCERPT_MIN_WORDS, excerpt_span, focused
+from context.retrieval import EXCERPT_MIN_WORDS, SAID_PRIOR, USER_PRIOR, excerpt_span, focused, user_prior
 from conversations.embedding import message_vectors_fill
 from memory import history_index
 from providers import embeddings
@@ -203,3 +203,35 @@ def test_a_memory_stands_in_for_its_message_when_the_message_does_not_fit(owner,
     b5 = body["blocks"]["B5"]["items"]
     assert 1 not in {i.get("seq") for i in b5 if i["kind"] == "message"}  # too long for the room
     assert str(memory.memory.id) in {i["id"] for i in b5 if i["kind"] == "archival"}
+
+
+def test_a_question_about_what_i_said_is_answered_from_my_own_messages(owner, conversation, lexical_only):
+    append(
+        conversation,
+        {"role": "user", "content": "I once got a copper kettle from my aunt and still use it at the cabin."},
+        {"role": "assistant", "content": "Lovely."},
+    )
+    append(
+        conversation,
+        *[{"role": "assistant", "content": f"Kettle guide {n}: kettle, kettle, kettle."} for n in range(95)],
+        {"role": "user", "content": "Thanks."},
+        {"role": "assistant", "content": "You are welcome."},
+    )
+
+    body = context(owner, conversation, user_message="Which kettle did I mention?", token_budget=400)
+
+    assert 1 in {i["seq"] for i in b5_items(body)}
+
+
+@pytest.mark.parametrize(
+    ("question", "prior"),
+    [
+        ("Can you list the order in which I brought up the parts of my app?", SAID_PRIOR),
+        ("How far away did I say my parents live?", SAID_PRIOR),
+        ("What did I mention about the deadline?", SAID_PRIOR),
+        ("Where is my copper kettle?", USER_PRIOR),
+        ("Which port does the staging database use?", 1.0),
+    ],
+)
+def test_what_the_user_said_weighs_the_users_messages_most(question, prior):
+    assert user_prior(question) == prior
