@@ -149,60 +149,53 @@ def test_the_search_leaves_out_how_a_question_is_framed(question, searched):
     assert focused(question) == searched
 
 
-def test_a_memory_taken_from_a_message_that_is_a_hit_is_not_shown_twice(owner, conversation, lexical_only):
+PORT_FACT = "The ledger staging database now listens on port 23456."
+PORT_QUESTION = "Which port does the ledger staging database use?"
+
+
+def port_memory(conversation, message: str):
+    """The fact said in `message` (then 30 unrelated messages), and the memory the agent's rules would keep of
+    it: the sentence verbatim, its source the message."""
     from memory.archival import archival_insert
 
     [statement, _answer] = append(
-        conversation,
-        {"role": "user", "content": "The staging database for the ledger now listens on port 23456."},
-        {"role": "assistant", "content": "Noted."},
+        conversation, {"role": "user", "content": message}, {"role": "assistant", "content": "Noted."}
     )
     chatter(conversation, 30)
-    elsewhere = archival_insert(
-        end_user=conversation.end_user, content="The ledger's staging database runs PostgreSQL 15."
-    )
-    quoted = archival_insert(
+    return archival_insert(
         end_user=conversation.end_user,
-        content="The staging database for the ledger now listens on port 23456.",
+        content=PORT_FACT,
         conversation=conversation,
         source_message_ids=[str(statement.id)],
+    ).memory
+
+
+def test_a_memory_taken_from_a_message_that_is_a_hit_is_not_shown_twice(owner, conversation, lexical_only):
+    from memory.archival import archival_insert
+
+    quoted = port_memory(conversation, PORT_FACT)
+    elsewhere = archival_insert(
+        end_user=conversation.end_user, content="The ledger's staging DB runs PostgreSQL."
     )
 
-    body = context(
-        owner, conversation, user_message="Which port does the ledger staging database use?", token_budget=600
-    )
+    body = context(owner, conversation, user_message=PORT_QUESTION, token_budget=600)
 
     b5 = body["blocks"]["B5"]["items"]
     assert 1 in {i.get("seq") for i in b5 if i["kind"] == "message"}
     memories = {i["id"] for i in b5 if i["kind"] == "archival"}
     assert str(elsewhere.memory.id) in memories  # a memory of its own still comes
-    assert str(quoted.memory.id) not in memories  # the hit says it, with its date and seq
+    assert str(quoted.id) not in memories  # the hit says it, with its date and seq
 
 
 def test_a_memory_stands_in_for_its_message_when_the_message_does_not_fit(owner, conversation, lexical_only):
-    from memory.archival import archival_insert
-
     codes = " ".join(f"ab{n}cd{n}ef" for n in range(150))  # one passage, several hundred tokens
-    [statement, _answer] = append(
-        conversation,
-        {"role": "user", "content": f"The ledger staging database now listens on port 23456. Codes: {codes}"},
-        {"role": "assistant", "content": "Noted."},
-    )
-    chatter(conversation, 30)
-    memory = archival_insert(
-        end_user=conversation.end_user,
-        content="The ledger staging database now listens on port 23456.",
-        conversation=conversation,
-        source_message_ids=[str(statement.id)],
-    )
+    memory = port_memory(conversation, f"{PORT_FACT} Codes: {codes}")
 
-    body = context(
-        owner, conversation, user_message="Which port does the ledger staging database use?", token_budget=500
-    )
+    body = context(owner, conversation, user_message=PORT_QUESTION, token_budget=500)
 
     b5 = body["blocks"]["B5"]["items"]
     assert 1 not in {i.get("seq") for i in b5 if i["kind"] == "message"}  # too long for the room
-    assert str(memory.memory.id) in {i["id"] for i in b5 if i["kind"] == "archival"}
+    assert str(memory.id) in {i["id"] for i in b5 if i["kind"] == "archival"}
 
 
 def test_a_question_about_what_i_said_is_answered_from_my_own_messages(owner, conversation, lexical_only):
