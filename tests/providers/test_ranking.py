@@ -116,7 +116,9 @@ def test_vectors_added_between_queries_score_as_in_a_table_built_with_them():
         for _ in range(5):
             query = _unit(*rng.standard_normal(16))
             assert grown.similarity(query, 64).tobytes() == fresh.similarity(query, 64).tobytes()
-        assert grown.similarity(query, 64)[positions[3]] == pytest.approx(float(vectors[positions[3]] @ query))
+        assert grown.similarity(query, 64)[positions[3]] == pytest.approx(
+            float(vectors[positions[3]] @ query)
+        )
 
 
 def test_vectors_of_another_dimension_in_one_table_are_refused():
