@@ -9,7 +9,9 @@ from context.retrieval import focused
 def _started(monkeypatch, messages: list[dict]) -> list[str]:
     started: list[str] = []
     monkeypatch.setattr(services, "embed_query_ahead", started.append)
-    services._embed_question_ahead(openai_request({"model": "gpt-4o", "messages": messages}, header_user=None))
+    services._embed_question_ahead(
+        openai_request({"model": "gpt-4o", "messages": messages}, header_user=None)
+    )
     return started
 
 
