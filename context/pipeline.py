@@ -435,7 +435,8 @@ def _fill_retrieval(state: ContextState, history_tokens: int) -> dict[str, int]:
     layout = state.layout
     totals = _exact_total(state, history_tokens)
     room = min(state.budget - totals["total"], retrieval_cap(state.budget))
-    shown = {m.id for m in layout.b6 if not any(d.get("id") == m.id for d in state.dropped)}
+    dropped = {d.get("id") for d in state.dropped}  # a set: B6 is hundreds of messages at large budgets
+    shown = {m.id for m in layout.b6 if m.id not in dropped}
     added, said = _place_retrieval(state, shown, room)
     totals = _exact_total(state, history_tokens)
     while added and totals["total"] > state.budget:

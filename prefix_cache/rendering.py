@@ -74,8 +74,30 @@ class Layout:
 _CANONICAL = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
+# The C encoder JSONEncoder.encode builds on every call, built once: what encode() does for a value that is
+# not a string, without its per-call set-up (the hint stage encodes every history message). No circular-
+# reference check: the values are rendered messages and parsed JSON, which cannot hold a cycle.
+_CANONICAL_C = (
+    json.encoder.c_make_encoder(
+        None,
+        _CANONICAL.default,
+        json.encoder.encode_basestring,
+        None,
+        _CANONICAL.key_separator,
+        _CANONICAL.item_separator,
+        True,  # sort_keys
+        False,  # skipkeys
+        True,  # allow_nan
+    )
+    if json.encoder.c_make_encoder is not None
+    else None
+)
+
+
 def canonical_json(value: Any) -> str:
-    return _CANONICAL.encode(value)
+    if _CANONICAL_C is None or isinstance(value, str):
+        return _CANONICAL.encode(value)
+    return "".join(_CANONICAL_C(value, 0))
 
 
 def sha256(text: str) -> str:
@@ -209,6 +231,10 @@ def _text_of(message: HistoryMessage) -> str:
 
 
 def _openai_history(message: HistoryMessage) -> list[dict[str, Any]]:
+    if not message.parts:
+        # What the general case below renders for a message without parts (most of a long history).
+        role = message.role if message.role in ("system", "user", "assistant") else "user"
+        return [{"role": role, "content": message.content}] if message.content else []
     calls = [p for p in message.parts if p["type"] == "tool_call"]
     results = [p for p in message.parts if p["type"] == "tool_result"]
     lines, pixels = _views(message.parts, message.images)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from prefix_cache.rendering import FORMATS, HistoryMessage, Item, Layout, render
+from prefix_cache.rendering import FORMATS, HistoryMessage, Item, Layout, canonical_json, render
 
 
 def history_message(seq, role, content="", parts=None, **flags):
@@ -108,3 +108,36 @@ def test_gemini_history_shapes():
     assert messages[3]["parts"] == [{"functionResponse": {"name": "grep", "response": {"content": "3 hits"}}}]
     assert messages[4]["parts"] == [{"functionResponse": {"name": "lookup", "response": {"content": "x"}}}]
     assert all(m["role"] in ("user", "model") for m in messages)
+
+
+def test_openai_messages_without_parts_render_as_text_turns_of_their_role():
+    """The short path for a message without parts gives what the general one gave: a tool or unknown role
+    as a user turn, an empty message left out."""
+    history = [
+        history_message(1, "user", "Hi"),
+        history_message(2, "assistant", "Hello."),
+        history_message(3, "system", "Note."),
+        history_message(4, "tool", "raw output"),
+        history_message(5, "assistant", ""),
+    ]
+    assert render(Layout(b6=history), "openai").history == [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "system", "content": "Note."},
+        {"role": "user", "content": "raw output"},
+    ]
+
+
+def test_canonical_json_is_json_dumps_with_sorted_keys_and_no_spaces():
+    values = [
+        {"b": [1, 2.5, None, True], "a": {"z": 'é \u2028 "q"', "y": []}, "": float("inf")},
+        [{"role": "user", "content": "x"}, {"role": "tool", "tool_call_id": "t", "content": "\n"}],
+        "plain text ✓",
+        3,
+        None,
+    ]
+    for value in values:
+        expected = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        assert canonical_json(value) == expected
+    with pytest.raises(TypeError):
+        canonical_json({"when": object()})
