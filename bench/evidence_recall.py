@@ -380,7 +380,8 @@ def describe_server(args: argparse.Namespace, var_dir: Path) -> str:
         return f"server: already running at {args.url} (not started here)"
     where = f"uvicorn config.asgi --lifespan off, 1 process, started here; var dir {var_dir}"
     if not args.database_url:
-        return f"server: {where}; SQLite embedded, Celery eager in-process"
+        worker = os.environ.get("MNEMO_EMBEDDED_WORKER") or "process"
+        return f"server: {where}; SQLite embedded, Celery eager, background tasks in the server's {worker}"
     broker = f"Redis {redact(args.redis_url)} with a Celery worker" if args.redis_url else "Celery eager"
     return f"server: {where}; PostgreSQL {redact(args.database_url)}; {broker}"
 

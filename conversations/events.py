@@ -13,6 +13,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import DEFAULT_CHANNEL_LAYER, InMemoryChannelLayer, channel_layers, get_channel_layer
 from django.db import transaction
 
+from providers.background import server_handler, server_notify
+
 logger = logging.getLogger(__name__)
 
 EVENT_TYPES = (
@@ -115,6 +117,8 @@ def events_flush(timeout: float = 2.0) -> None:
 
 
 def _send(group: str, message: dict[str, Any]) -> None:
+    if server_notify("event", [group, message]):
+        return  # the embedded worker process: the server's sockets are the server's
     layer = get_channel_layer()
     if layer is None:
         return
@@ -132,6 +136,14 @@ def _send(group: str, message: dict[str, Any]) -> None:
     except Exception:
         # The data is committed; a lost notification must not turn a stored write into a 500.
         logger.exception("could not publish %s to %s", message["event"], group)
+
+
+def _event_from_worker(payload: list[Any]) -> None:
+    group, message = payload
+    _send(group, message)
+
+
+server_handler("event", _event_from_worker)
 
 
 def _enqueue(layer: Any, group: str, message: dict[str, Any]) -> None:

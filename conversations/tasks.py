@@ -8,12 +8,11 @@ from celery import shared_task
 @shared_task(acks_late=True, reject_on_worker_lost=True, soft_time_limit=600, time_limit=660)
 def message_vectors_conversation(conversation_id: str) -> int:
     """Embed whatever the conversation's messages still lack (idempotent: a rerun finds nothing to do)."""
-    from django.core.cache import cache
-
     from conversations.embedding import message_vectors_fill, vectors_queued_key
+    from providers.background import queued_mark_clear
 
     # Messages appended from now on queue a run of their own.
-    cache.delete(vectors_queued_key(conversation_id))
+    queued_mark_clear(vectors_queued_key(conversation_id))
     return message_vectors_fill(conversation_id=conversation_id)
 
 

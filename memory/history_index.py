@@ -22,6 +22,7 @@ import snowballstemmer
 from django.conf import settings
 
 from conversations.models import Message, MessageVector
+from providers.background import server_handler, server_notify
 from providers.embeddings import embedder_status, from_bytes
 from providers.passages import passage_spans
 from providers.ranking import Postings, Vectors, best_first, fuse
@@ -238,6 +239,12 @@ def conversation_index_warm(conversation_id: uuid.UUID | str) -> None:
     """After background work wrote to a conversation (its vectors): where that work runs in the serving
     process (the embedded mode runs tasks on a thread of the server), bring the conversation's index up to
     date there, so the next context call does not pay for reading and indexing what was appended since
-    (for a conversation it has not served yet, the whole of it). A Celery worker has no index to keep."""
+    (for a conversation it has not served yet, the whole of it). A Celery worker has no index to keep; the
+    embedded worker process hands the work to the server it belongs to."""
+    if server_notify("warm", str(conversation_id)):
+        return
     if settings.CELERY_TASK_ALWAYS_EAGER:
         conversation_index(conversation_id)
+
+
+server_handler("warm", conversation_index)

@@ -35,13 +35,12 @@ def state_fold_periodic() -> int:
 @shared_task(acks_late=True, soft_time_limit=600, time_limit=660)
 def memory_agent_conversation(conversation_id: str) -> int:
     """Run the memory agent over the completed exchanges of one conversation (idempotent by its cursor)."""
-    from django.core.cache import cache
-
     from conversations.models import Conversation
     from memory.agent import memory_agent_queued_key, memory_agent_run
+    from providers.background import queued_mark_clear
 
     # Exchanges completed from now on queue a run of their own (memory_agent_request).
-    cache.delete(memory_agent_queued_key(conversation_id))
+    queued_mark_clear(memory_agent_queued_key(conversation_id))
 
     conversation = Conversation.objects.filter(pk=conversation_id).select_related("end_user").first()
     if conversation is None:

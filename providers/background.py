@@ -1,12 +1,16 @@
 """Work a request queues for later. With a real Celery broker it is a task message; in the embedded mode
-(eager Celery, no broker) eager tasks would run inside the request that queued them, so they run on one
-thread of this process instead (MNEMO_EAGER_TASKS_IN_THREAD; tests turn it off to run them inline). A task
-queued again while it waits runs once. A broker that does not answer is logged, never a request error."""
+(eager Celery, no broker) eager tasks would run inside the request that queued them, so they run elsewhere
+(MNEMO_EAGER_TASKS_IN_THREAD; tests turn it off to run them inline): in a worker process of the server's own
+(providers.embedded_worker; MNEMO_EMBEDDED_WORKER "process", the default) or on one thread of this process
+("thread"). A task queued again while it waits runs once. A broker that does not answer is logged, never a
+request error."""
 
 import logging
+import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from django.conf import settings
@@ -67,6 +71,85 @@ class _Runner:
 
 
 _runner = _Runner()
+_worker: Any = None  # providers.embedded_worker.EmbeddedWorker, started on first use
+_worker_lock = threading.Lock()
+
+
+def _embedded_submit(task: Any, args: tuple[Any, ...]) -> None:
+    global _worker
+    if settings.MNEMO_EMBEDDED_WORKER != "process" or in_embedded_worker():
+        _runner.submit(task, args)  # the worker process itself runs what its tasks queue on its thread
+        return
+    with _worker_lock:
+        if _worker is None:
+            from providers.embedded_worker import EmbeddedWorker
+
+            _worker = EmbeddedWorker(cwd=settings.BASE_DIR, on_message=_from_worker)
+    _worker.submit(task, args)
+
+
+# --- what only the serving process can do -----------------------------------------------------------------
+
+_handlers: dict[str, Callable[[Any], object]] = {}
+_notify: Callable[[dict[str, Any]], None] | None = None
+
+
+def in_embedded_worker() -> bool:
+    from providers.embedded_worker import CHILD_ENV
+
+    return os.environ.get(CHILD_ENV) == "1"
+
+
+def server_handler(kind: str, handler: Callable[[Any], object]) -> None:
+    """What the serving process does with a `kind` message from its embedded worker (apps register these
+    when they are ready)."""
+    _handlers[kind] = handler
+
+
+def server_notify_via(send: Callable[[dict[str, Any]], None]) -> None:
+    global _notify
+    _notify = send
+
+
+def server_notify(kind: str, payload: object) -> bool:
+    """In the embedded worker process: have the serving process run its `kind` handler on `payload` (JSON).
+    False elsewhere: the caller does it itself."""
+    if _notify is None:
+        return False
+    _notify({"kind": kind, "payload": payload})
+    return True
+
+
+def queued_mark_clear(key: str) -> None:
+    """A task clears the cache mark that stopped further requests from queueing it (they queue a run of their
+    own from now on); run in the embedded worker process, in the serving process's cache too, since the
+    requests are there."""
+    from django.core.cache import cache
+
+    cache.delete(key)
+    server_notify("queued_mark_clear", key)
+
+
+def _mark_clear_from_worker(key: str) -> None:
+    from django.core.cache import cache
+
+    cache.delete(key)
+
+
+server_handler("queued_mark_clear", _mark_clear_from_worker)
+
+
+def _from_worker(message: dict[str, Any]) -> None:
+    handler = _handlers.get(message.get("kind", ""))
+    if handler is None:
+        logger.warning("no handler for the embedded worker's %r", message.get("kind"))
+        return
+    try:
+        handler(message.get("payload"))
+    except Exception:
+        logger.exception("handling the embedded worker's %r failed", message.get("kind"))
+    finally:
+        close_old_connections()
 
 
 # After the broker failed to take a message, messages are not even tried for this long: while Redis is down a
@@ -83,7 +166,7 @@ def task_send(task: Task, *args: Any, countdown: float | None = None) -> bool:
     task was queued."""
     global _broker_down_until
     if settings.CELERY_TASK_ALWAYS_EAGER and settings.MNEMO_EAGER_TASKS_IN_THREAD:
-        _runner.submit(task, args)
+        _embedded_submit(task, args)
         return True
     if settings.CELERY_TASK_ALWAYS_EAGER:
         task.apply_async(args, countdown=countdown)  # eager (tests): runs now, its errors propagate
@@ -102,4 +185,6 @@ def task_send(task: Task, *args: Any, countdown: float | None = None) -> bool:
 
 
 def background_join() -> None:
+    if _worker is not None and not in_embedded_worker():
+        _worker.join()
     _runner.join()

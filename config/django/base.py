@@ -469,6 +469,11 @@ MNEMO_EMBEDDED_BEAT = env_bool("MNEMO_EMBEDDED_BEAT", default=True)
 # Without a broker (eager Celery), tasks a request queues run on a thread of the server process instead of
 # inside the request (the embedded mode's appends and context calls never wait for them).
 MNEMO_EAGER_TASKS_IN_THREAD = env_bool("MNEMO_EAGER_TASKS_IN_THREAD", default=True)
+# Where those tasks run: "process", a worker process the server starts (providers/embedded_worker.py), so
+# their Python work never slows the requests it serves; "thread", a thread of the server process.
+MNEMO_EMBEDDED_WORKER = env_str("MNEMO_EMBEDDED_WORKER") or "process"
+if MNEMO_EMBEDDED_WORKER not in ("process", "thread"):
+    raise ImproperlyConfigured("MNEMO_EMBEDDED_WORKER must be process or thread")
 # Conversations whose whole-history retrieval index a server process keeps in memory (least recently used go).
 MNEMO_RECALL_INDEX_CONVERSATIONS = env_int("MNEMO_RECALL_INDEX_CONVERSATIONS", 64, minimum=1)
 # With MNEMO_WARM_ON_START, a starting server process builds the indexes of this many of the most recently

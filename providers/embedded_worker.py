@@ -1,0 +1,164 @@
+"""The embedded mode's worker process. Without a broker the server queues its background tasks (message
+vectors, compaction, the memory agent, document processing) to one child process of its own, started on
+first use: `python -m providers.embedded_worker`. Their Python work then never holds the serving process's
+GIL; on a thread of the server it made every request of that moment about four times slower (a busy Python
+thread beside in-process context calls on a BEAM-128K conversation: p50 19.6 -> 78.8 ms, p95 23.5 -> 145.9).
+
+The protocol is JSON lines. Down the child's stdin: {"n": number, "task": name, "args": [...]}. Up its
+stdout: {"done": number} when a task (and what it queued in turn) has run, and {"kind", "payload"} for what
+only the serving process can do (providers.background.server_notify: an event for its sockets, a retrieval
+index to bring up to date). The child exits when its stdin closes, that is with the server; a child that
+died is started again by the next task, and what it held is found again by the periodic sweeps."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+CHILD_ENV = "MNEMO_EMBEDDED_WORKER_CHILD"
+
+
+class EmbeddedWorker:
+    """The serving process's side: queues tasks to the child, hears back from it."""
+
+    def __init__(self, *, cwd: Any, on_message: Callable[[dict[str, Any]], None]) -> None:
+        self._cwd = cwd
+        self._on_message = on_message
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._waiting: dict[int, tuple[str, tuple[Any, ...]]] = {}  # queued, not started: number -> key
+        self._pending: set[int] = set()  # queued, not done
+        self._number = 0
+        self._process: subprocess.Popen[str] | None = None
+
+    def submit(self, task: Any, args: tuple[Any, ...]) -> None:
+        """Queue the task (once while the same task and arguments wait)."""
+        key = (task.name, args)
+        with self._lock:
+            if key in self._waiting.values():
+                return
+            process = self._running()
+            self._number += 1
+            line = json.dumps({"n": self._number, "task": task.name, "args": list(args)}, default=str)
+            try:
+                assert process.stdin is not None
+                process.stdin.write(line + "\n")
+                process.stdin.flush()
+            except OSError as exc:  # it died meanwhile: the reader forgets what it held
+                logger.warning("the embedded worker did not take %s: %s", task.name, exc)
+                return
+            self._waiting[self._number] = key
+            self._pending.add(self._number)
+
+    def join(self) -> None:
+        """Wait until everything queued so far has run (or the child died)."""
+        with self._lock:
+            while self._pending:
+                self._idle.wait()
+
+    def stop(self) -> None:
+        with self._lock:
+            process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            assert process.stdin is not None
+            process.stdin.close()  # the child's loop ends; it exits
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+    def _running(self) -> "subprocess.Popen[str]":
+        if self._process is not None and self._process.poll() is None:
+            return self._process
+        process = subprocess.Popen(  # this interpreter, this module
+            [sys.executable, "-m", "providers.embedded_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            cwd=self._cwd,
+            env={**os.environ, CHILD_ENV: "1"},
+        )
+        self._process = process
+        threading.Thread(target=self._read, args=(process,), name="mnemo-worker-reader", daemon=True).start()
+        return process
+
+    def _read(self, process: "subprocess.Popen[str]") -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                logger.warning("embedded worker said something unreadable: %.200s", line)
+                continue
+            if "started" in message:
+                self._started(message["started"])
+            elif "done" in message:
+                self._done(message["done"])
+            else:
+                self._on_message(message)
+        with self._lock:
+            if self._process is process:
+                self._process = None
+            self._waiting.clear()
+            self._pending.clear()
+            self._idle.notify_all()
+        logger.warning("the embedded worker exited (status %s)", process.wait())
+
+    def _started(self, number: int) -> None:
+        # From now on the same task and arguments are queued again (as a request arriving during a run must).
+        with self._lock:
+            self._waiting.pop(number, None)
+
+    def _done(self, number: int) -> None:
+        with self._lock:
+            self._waiting.pop(number, None)
+            self._pending.discard(number)
+            if not self._pending:
+                self._idle.notify_all()
+
+
+def main() -> None:
+    """The child: run the tasks that come down stdin, one at a time, and say when each is done."""
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # print() and any stray output go to stderr, never into the protocol
+    sys.stdout = sys.stderr
+    import django
+
+    django.setup()
+    from celery import current_app as app  # the project's, made when Django loaded its settings package
+    from django.db import close_old_connections
+
+    from providers import background
+
+    written = threading.Lock()
+
+    def send(message: dict[str, Any]) -> None:
+        with written:
+            protocol.write(json.dumps(message, default=str) + "\n")
+            protocol.flush()
+
+    background.server_notify_via(send)
+    app.loader.import_default_modules()
+    for line in sys.stdin:
+        request = json.loads(line)
+        send({"started": request["n"]})
+        try:
+            close_old_connections()
+            app.tasks[request["task"]].apply(args=request["args"])
+            background.background_join()  # and what the task queued in turn
+        except Exception:
+            logger.exception("embedded worker: task %s failed", request.get("task"))
+        finally:
+            close_old_connections()
+            send({"done": request["n"]})
+
+
+if __name__ == "__main__":
+    main()
