@@ -238,10 +238,11 @@ HISTORY_COLUMNS = ("id", "seq", "role", "content", "parts_text", "token_count", 
 HISTORY_TEXT = {"parts_text": Cast("parts", TextField())}
 
 
-def _parts(text: str | None) -> list[dict[str, Any]] | None:
-    if text == "[]":
+def _parts(text: str | None) -> list[dict[str, Any]]:
+    if not text or text == "[]":  # the column is never null; most messages have no parts
         return []
-    return None if text is None else json.loads(text)
+    parts: list[dict[str, Any]] = json.loads(text)
+    return parts
 
 
 def _history_rows(state: ContextState, base: Any, allowance: int) -> list[tuple[Any, ...]]:
@@ -466,7 +467,7 @@ def _fill_retrieval(state: ContextState, history_tokens: int) -> dict[str, int]:
 def _quotes_only(item: Item, said: set[str]) -> bool:
     """A memory taken from messages the prompt shows whole (the memory agent's rules keep a statement
     verbatim): it says nothing they do not, and without their date and seq."""
-    sources = item.source.get("source_message_ids")
+    sources = item.source.get("source_message_ids") or []
     return item.source.get("kind") == "archival" and bool(sources) and set(sources) <= said
 
 
