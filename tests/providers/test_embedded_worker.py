@@ -2,8 +2,16 @@
 server queues, once each while they wait, and hands back what only the server can do: its sockets' events,
 its cache's queued marks. A child that died is started again by the next task."""
 
+import contextlib
+import json
 import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 import uuid
+from pathlib import Path
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -75,3 +83,114 @@ def test_a_queued_mark_the_child_clears_is_cleared_in_the_server(worker):
     background_join()
 
     assert cache.get("mnemo:test:queued") is None
+
+
+# --- the embedded server, end to end ------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _call(url: str, key: str, method: str = "GET", body: dict | None = None) -> dict:
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode() if body is not None else None,
+        method=method,
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def _children(pid: int) -> list[str]:
+    """The command lines of a process's children (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append((stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+    return found
+
+
+@pytest.fixture
+def embedded_server(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    env.update(
+        DJANGO_SETTINGS_MODULE="config.django.local",
+        MNEMO_VAR_DIR=str(tmp_path),
+        MNEMO_EMBEDDED_BEAT="false",
+        MNEMO_WARM_ON_START="false",
+    )
+
+    def manage(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    manage("migrate", "--noinput")
+    key = json.loads(manage("create_tenant", "acme", "--name", "Acme", "--json"))["api_key"]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "config.asgi:application",
+            "--port",
+            str(port),
+            "--lifespan",
+            "off",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(OSError):
+                urllib.request.urlopen(f"{url}/healthz", timeout=2)
+                break
+            assert time.monotonic() < deadline and server.poll() is None, "the server did not start"
+            time.sleep(0.2)
+        yield server, url, key
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_the_embedded_server_embeds_appended_messages_in_its_worker_process(embedded_server):
+    server, url, key = embedded_server
+    conversation = _call(f"{url}/api/v1/conversations", key, "POST", {"end_user": "alice"})["id"]
+    lines = ["The staging ledger listens on port 23456.", "Noted.", "The cache is Redis 7.", "Thanks."]
+    messages = [{"role": ("user", "assistant")[n % 2], "content": text} for n, text in enumerate(lines)]
+    _call(f"{url}/api/v1/conversations/{conversation}/messages", key, "POST", {"messages": messages})
+
+    deadline = time.monotonic() + 90
+    while (index := _call(f"{url}/api/v1/conversations/{conversation}", key)["retrieval_index"])[
+        "embedded"
+    ] < 4:
+        assert time.monotonic() < deadline, index
+        time.sleep(0.5)
+
+    workers = [c for c in _children(server.pid) if "providers.embedded_worker" in c]
+    assert len(workers) == 1  # the vectors were computed there, not on a thread of the server
+    body = {"user_message": "Which port does the ledger use?", "token_budget": 2000}
+    context = _call(f"{url}/api/v1/conversations/{conversation}/context", key, "POST", body)
+    assert "embeddings_unavailable" not in {d["code"] for d in context["degradations"]}
+    server.terminate()
+    server.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while [c for c in _children(server.pid) if "providers.embedded_worker" in c]:
+        assert time.monotonic() < deadline, "the worker outlived its server"
+        time.sleep(0.2)
