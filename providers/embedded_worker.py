@@ -33,7 +33,7 @@ class EmbeddedWorker:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._waiting: dict[int, tuple[str, tuple[Any, ...]]] = {}  # queued, not started: number -> key
-        self._pending: set[int] = set()  # queued, not done
+        self._pending: dict[int, subprocess.Popen[str]] = {}  # queued, not done: number -> its child
         self._number = 0
         self._process: subprocess.Popen[str] | None = None
 
@@ -54,7 +54,7 @@ class EmbeddedWorker:
                 logger.warning("the embedded worker did not take %s: %s", task.name, exc)
                 return
             self._waiting[self._number] = key
-            self._pending.add(self._number)
+            self._pending[self._number] = process
 
     def join(self) -> None:
         """Wait until everything queued so far has run (or the child died)."""
@@ -103,11 +103,12 @@ class EmbeddedWorker:
                 self._done(message["done"])
             else:
                 self._on_message(message)
-        with self._lock:
+        with self._lock:  # what this child held is lost (a new child may hold tasks of its own already)
             if self._process is process:
                 self._process = None
-            self._waiting.clear()
-            self._pending.clear()
+            for number in [n for n, holder in self._pending.items() if holder is process]:
+                self._waiting.pop(number, None)
+                del self._pending[number]
             self._idle.notify_all()
         logger.warning("the embedded worker exited (status %s)", process.wait())
 
@@ -119,7 +120,7 @@ class EmbeddedWorker:
     def _done(self, number: int) -> None:
         with self._lock:
             self._waiting.pop(number, None)
-            self._pending.discard(number)
+            self._pending.pop(number, None)
             if not self._pending:
                 self._idle.notify_all()
 
