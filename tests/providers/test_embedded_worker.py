@@ -14,10 +14,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.core.cache import cache
 
+from conversations import events
 from conversations.events import conversation_group
 from providers import background
 from providers.background import background_join, server_handler, task_send
@@ -60,18 +59,17 @@ def test_a_dead_child_is_started_again_by_the_next_task(worker):
     assert worker[0][0] != worker[1][0]
 
 
-def test_the_childs_events_reach_the_servers_sockets(worker):
+def test_the_childs_events_reach_the_servers_sockets(worker, monkeypatch):
+    # The server's own _send (its channel layer, tested in tests/conversations) gets what the child published.
+    sent: list = []
+    monkeypatch.setattr(events, "_send", lambda group, message: sent.append((group, message)))
     tenant_id, conversation_id = uuid.uuid4(), uuid.uuid4()
-    layer = get_channel_layer()
-    channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(
-        conversation_group(tenant_id=tenant_id, conversation_id=conversation_id), channel
-    )
 
     task_send(publish, str(tenant_id), str(conversation_id))
     background_join()
 
-    message = async_to_sync(layer.receive)(channel)
+    [(group, message)] = sent
+    assert group == conversation_group(tenant_id=tenant_id, conversation_id=conversation_id)
     assert message["event"] == "summary.updated"
     assert message["data"] == {"n": 1}
 
