@@ -75,17 +75,23 @@ _worker: Any = None  # providers.embedded_worker.EmbeddedWorker, started on firs
 _worker_lock = threading.Lock()
 
 
-def _embedded_submit(task: Any, args: tuple[Any, ...]) -> None:
+def _embedded_submit(task: Any, args: tuple[Any, ...]) -> bool:
     global _worker
     if settings.MNEMO_EMBEDDED_WORKER != "process" or in_embedded_worker():
         _runner.submit(task, args)  # the worker process itself runs what its tasks queue on its thread
-        return
+        return True
     with _worker_lock:
         if _worker is None:
             from providers.embedded_worker import EmbeddedWorker
 
             _worker = EmbeddedWorker(cwd=settings.BASE_DIR, on_message=_from_worker)
-    _worker.submit(task, args)
+    try:
+        _worker.submit(task, args)
+    except OSError as exc:  # the worker could not be started: logged, never a request error (the sweeps)
+        service_fault(QUEUE_UNAVAILABLE, exc)
+        logger.warning("could not start the embedded worker for %s: %s", task.name, exc)
+        return False
+    return True
 
 
 # --- what only the serving process can do -----------------------------------------------------------------
@@ -159,15 +165,14 @@ _broker_down_until = 0.0
 
 
 def task_send(task: Task, *args: Any, countdown: float | None = None) -> bool:
-    """Queue a Celery task: to the broker (after `countdown` seconds), to this process's background thread
-    (embedded mode), or run it now (eager tests). When the broker does not take it, the failure is logged and
-    recorded (providers.faults: the context response lists it), never raised: the work is found again by
-    the periodic sweeps (summaries' compaction catch-up, conversations' vector sweep). Returns whether the
-    task was queued."""
+    """Queue a Celery task: to the broker (after `countdown` seconds), to the server's worker process or
+    background thread (embedded mode), or run it now (eager tests). When the broker does not take it, the
+    failure is logged and recorded (providers.faults: the context response lists it), never raised: the work
+    is found again by the periodic sweeps (summaries' compaction catch-up, conversations' vector sweep).
+    Returns whether the task was queued."""
     global _broker_down_until
     if settings.CELERY_TASK_ALWAYS_EAGER and settings.MNEMO_EAGER_TASKS_IN_THREAD:
-        _embedded_submit(task, args)
-        return True
+        return _embedded_submit(task, args)
     if settings.CELERY_TASK_ALWAYS_EAGER:
         task.apply_async(args, countdown=countdown)  # eager (tests): runs now, its errors propagate
         return True

@@ -192,3 +192,16 @@ def test_the_embedded_server_embeds_appended_messages_in_its_worker_process(embe
     while [c for c in _children(server.pid) if "providers.embedded_worker" in c]:
         assert time.monotonic() < deadline, "the worker outlived its server"
         time.sleep(0.2)
+
+
+def test_a_worker_that_cannot_start_is_logged_not_raised(worker, monkeypatch, caplog):
+    from providers import embedded_worker
+
+    def refuse(*args, **kwargs):
+        raise OSError("no processes left")
+
+    monkeypatch.setattr(embedded_worker.subprocess, "Popen", refuse)
+
+    assert task_send(echo, "lost") is False
+    assert "could not start the embedded worker" in caplog.text
+    assert worker == []
