@@ -3,8 +3,9 @@ embedding model, the tokenizers and the retrieval indexes of the most recently a
 background (so the first calls after a restart do not each pay for them; /readyz says "pending" meanwhile),
 and in the embedded mode, where there is no broker and so no beat
 process, run the periodic tasks of CELERY_BEAT_SCHEDULE itself (the vector sweep that picks up messages
-left without vectors by a restart, the compaction catch-up, the task-state fold, the image purge), each on
-this process's background thread at its interval, the first time shortly after start."""
+left without vectors by a restart, the compaction catch-up, the task-state fold, the image purge), each queued
+to the embedded mode's background worker (providers.background) at its interval, the first time shortly
+after start."""
 
 import logging
 import threading
@@ -78,7 +79,7 @@ def _caches_warm(count: int) -> None:
 
 
 def embedded_beat_enabled() -> bool:
-    """Eager Celery with tasks on a background thread is the embedded mode: nothing else runs the beat."""
+    """Eager Celery with tasks run beside the requests is the embedded mode: nothing else runs the beat."""
     return bool(
         settings.MNEMO_EMBEDDED_BEAT
         and settings.CELERY_TASK_ALWAYS_EAGER
@@ -96,7 +97,7 @@ def interval_seconds(schedule: Any) -> float | None:
 
 
 class EmbeddedBeat(threading.Thread):
-    """Queues each periodic task whose time has come (task_send: the background thread runs it), then
+    """Queues each periodic task whose time has come (task_send: the embedded mode's worker runs it), then
     sleeps until the next one is due."""
 
     def __init__(

@@ -1,10 +1,10 @@
 """Retrieval vectors of messages, computed after the append has answered: one vector per passage
 (providers.passages) with the local embedding model (providers.embeddings), stored as a MessageVector.
 
-A Celery task does the work (providers.background: a worker with a broker, a thread of the server in the
-embedded mode, so `make run` appends never wait for the model). Every run fills what is missing, oldest first,
-so it is idempotent and resumable whatever stopped the last one; `manage.py embeddings_backfill` runs the same
-fill over existing conversations."""
+A Celery task does the work (providers.background: a worker with a broker, the server's own worker process in
+the embedded mode, so `make run` appends never wait for the model). Every run fills what is missing, oldest
+first, so it is idempotent and resumable whatever stopped the last one; `manage.py embeddings_backfill` runs
+the same fill over existing conversations."""
 
 import hashlib
 import logging

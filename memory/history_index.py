@@ -237,7 +237,7 @@ def conversation_index_drop(conversation_id: uuid.UUID | str) -> None:
 
 def conversation_index_warm(conversation_id: uuid.UUID | str) -> None:
     """After background work wrote to a conversation (its vectors): where that work runs in the serving
-    process (the embedded mode runs tasks on a thread of the server), bring the conversation's index up to
+    process (the embedded mode's MNEMO_EMBEDDED_WORKER=thread), bring the conversation's index up to
     date there, so the next context call does not pay for reading and indexing what was appended since
     (for a conversation it has not served yet, the whole of it). A Celery worker has no index to keep; the
     embedded worker process hands the work to the server it belongs to."""

@@ -464,10 +464,10 @@ MNEMO_EMBED_ON_APPEND = env_bool("MNEMO_EMBED_ON_APPEND", default=True)
 # call does not wait for it (providers.embeddings.embeddings_warm).
 MNEMO_WARM_ON_START = env_bool("MNEMO_WARM_ON_START", default=True)
 # In the embedded mode (no broker, so no beat process) a server runs CELERY_BEAT_SCHEDULE's periodic tasks on
-# its own background thread (config/startup.py).
+# its own (config/startup.py), queued to the worker below.
 MNEMO_EMBEDDED_BEAT = env_bool("MNEMO_EMBEDDED_BEAT", default=True)
-# Without a broker (eager Celery), tasks a request queues run on a thread of the server process instead of
-# inside the request (the embedded mode's appends and context calls never wait for them).
+# Without a broker (eager Celery), tasks a request queues run beside the server (MNEMO_EMBEDDED_WORKER)
+# instead of inside the request (the embedded mode's appends and context calls never wait for them).
 MNEMO_EAGER_TASKS_IN_THREAD = env_bool("MNEMO_EAGER_TASKS_IN_THREAD", default=True)
 # Where those tasks run: "process", a worker process the server starts (providers/embedded_worker.py), so
 # their Python work never slows the requests it serves; "thread", a thread of the server process.
