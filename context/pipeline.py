@@ -5,9 +5,11 @@ Blocks come from sources (context/sources.py); a block whose source is not built
 """
 
 import dataclasses
+import functools
 import json
 import logging
 import time
+import uuid
 from typing import Any
 
 from django.conf import settings
@@ -34,6 +36,7 @@ from providers.model_table import ModelInfo, is_known_model, model_info
 from providers.tokens import MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS, count_message, truncate_text
 from tenants.errors import ApplicationError
 from tenants.settings_schema import settings_read
+from tenants.statements import FixedQuery
 
 logger = logging.getLogger(__name__)
 
@@ -92,8 +95,23 @@ def system_message_tokens(text: str, *, model: str) -> int:
     return count_cached(text, model=model) + count_message(role="system", content="", model=model)
 
 
+# Every call's first reads, as fixed statements (tenants.statements): compiling cost more than running them.
+_CONTEXT_STATE = FixedQuery(
+    lambda conversation_id: ConversationContext.objects.filter(conversation_id=conversation_id)[:1],
+    conversation_id=uuid.uuid4(),
+)
+_DEFAULT_PROFILE = FixedQuery(
+    # No ordering but the pk (what first() adds): the partial unique constraint allows one default, and
+    # Meta.ordering would join the tenant.
+    lambda tenant_id: AgentProfile.objects.filter(tenant_id=tenant_id, is_default=True).order_by("pk")[:1],
+    tenant_id=uuid.uuid4(),
+)
+
+
 def _context_state(conversation: Conversation) -> ConversationContext:
-    state, _ = ConversationContext.objects.get_or_create(conversation=conversation)
+    state = _CONTEXT_STATE.first(conversation_id=conversation.pk)
+    if state is None:
+        state, _ = ConversationContext.objects.get_or_create(conversation=conversation)
     return state
 
 
@@ -177,8 +195,8 @@ def _agent_profile(state: ContextState) -> AgentProfile | None:
         return profile
     if state.context.agent_profile_id is not None:
         return state.context.agent_profile
-    # No ordering: the partial unique constraint allows one default, and Meta.ordering would join the tenant.
-    return AgentProfile.objects.filter(tenant=tenant, is_default=True).order_by().first()
+    profile: AgentProfile | None = _DEFAULT_PROFILE.first(tenant_id=tenant.pk)
+    return profile
 
 
 def _room(state: ContextState) -> int:
@@ -214,10 +232,7 @@ def _load_history(state: ContextState, *, until_seq: int | None) -> None:
     state.history_start = start
     state.history_unread_to = None
     allowance = state.history_allowance = history_allowance(state)
-    base = Message.objects.filter(conversation=state.conversation, seq__gt=start, kind=Message.Kind.MESSAGE)
-    if until_seq is not None:
-        base = base.filter(seq__lte=until_seq)
-    rows = _history_rows(state, base, allowance)
+    rows = _history_rows(state, start, NO_END if until_seq is None else until_seq + 1, allowance)
     if not rows:
         return
     user_seqs = [row[1] for row in rows if row[2] == Message.Role.USER]
@@ -245,22 +260,42 @@ def _parts(text: str | None) -> list[dict[str, Any]]:
     return parts
 
 
-def _history_rows(state: ContextState, base: Any, allowance: int) -> list[tuple[Any, ...]]:
-    """The rows of B6, oldest first: pages newest first until they hold more than the allowance. Each page
-    reads whole rows: every row a page brings is shown or cut by the budget stage, and reading their tokens
-    first and their content in a second query (as before) cost a round trip and a query's compilation on
-    every call for the same rows."""
+# The end of a history that does not stop before a stored question (within the column's range).
+NO_END = 2**62
+
+
+@functools.lru_cache(maxsize=32)
+def _history_page(page_size: int) -> FixedQuery:
+    """B6 rows after `after` and before `before`, newest first (the page size is part of the SQL)."""
+    return FixedQuery(
+        lambda conversation_id, after, before: (
+            Message.objects.filter(
+                conversation_id=conversation_id, seq__gt=after, seq__lt=before, kind=Message.Kind.MESSAGE
+            )
+            .annotate(**HISTORY_TEXT)
+            .order_by("-seq")
+            .values_list(*HISTORY_COLUMNS)[:page_size]
+        ),
+        conversation_id=uuid.uuid4(),
+        after=7_123_456_789_001,
+        before=7_123_456_789_003,
+    )
+
+
+def _history_rows(state: ContextState, after: int, before: int, allowance: int) -> list[tuple[Any, ...]]:
+    """The rows of B6 (seq after `after` and before `before`), oldest first: pages newest first until they
+    hold more than the allowance. Each page reads whole rows: every row a page brings is shown or cut by the
+    budget stage, and reading their tokens first and their content in a second query (as before) cost a
+    round trip and a query's compilation on every call for the same rows."""
     # Sized so that one page usually covers the allowance (at ~40 tokens a message): a 128k window is
     # thousands of messages, and each page is a query.
     page_size = min(5000, max(500, allowance // 40))
+    query = _history_page(page_size)
     rows: list[tuple[Any, ...]] = []
     total = 0
-    cursor = None
+    cursor = before
     while True:
-        page_qs = base if cursor is None else base.filter(seq__lt=cursor)
-        page = list(
-            page_qs.annotate(**HISTORY_TEXT).order_by("-seq").values_list(*HISTORY_COLUMNS)[:page_size]
-        )
+        page = query.run(conversation_id=state.conversation.pk, after=after, before=cursor)
         rows += page
         total += sum(row[5] for row in page)
         if len(page) < page_size:

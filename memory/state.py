@@ -3,6 +3,7 @@ appended durably at an expected epoch, each advancing the epoch by one, folded i
 and the ones after the base applied on read (the overlay)."""
 
 import copy
+import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -15,6 +16,7 @@ from rest_framework import status
 from conversations.models import Conversation
 from memory.models import StateEvent, TaskState
 from tenants.errors import ApplicationError
+from tenants.statements import FixedQuery
 
 SESSION_PROFILE_KEY = "session_profile"
 MAX_STATE_CHARS = 200_000
@@ -74,7 +76,7 @@ class Overlay:
 
 
 def _task_state(conversation: Conversation, *, lock: bool = False) -> TaskState:
-    task_state = TaskState.objects.filter(conversation=conversation).first()
+    task_state = _TASK_STATE.first(conversation_id=conversation.pk)
     if task_state is None:
         try:
             with transaction.atomic():
@@ -86,10 +88,17 @@ def _task_state(conversation: Conversation, *, lock: bool = False) -> TaskState:
     return task_state
 
 
+# Read on every context call: a fixed statement (tenants.statements); first() ordered by the pk.
+_TASK_STATE = FixedQuery(
+    lambda conversation_id: TaskState.objects.filter(conversation_id=conversation_id).order_by("pk")[:1],
+    conversation_id=uuid.uuid4(),
+)
+
+
 def state_overlay(*, conversation: Conversation) -> Overlay:
     """The base state with the events after its epoch applied in epoch order (events are validated on append,
     so a stored event always applies; one that does not is skipped rather than failing the read)."""
-    task_state = TaskState.objects.filter(conversation=conversation).first()
+    task_state = _TASK_STATE.first(conversation_id=conversation.pk)
     if task_state is None:
         return Overlay(state={}, base={}, epoch=0, base_epoch=0, pending=[])
     pending = list(

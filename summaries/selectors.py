@@ -11,6 +11,7 @@ from summaries.models import CompactionState, SummarySegment
 from summaries.prompts import TEMPLATE_VERSION
 from tenants.models import Tenant
 from tenants.scoping import access_object
+from tenants.statements import FixedQuery
 
 # compactMetadata key of a boundary: the last seq the compaction summarised. The boundary itself is
 # appended at the end of the transcript (seq is assigned on write), so B6 resumes after this seq, not after
@@ -18,14 +19,26 @@ from tenants.scoping import access_object
 END_SEQ_KEY = "endSeq"
 
 
+# Both read on every context call: fixed statements (tenants.statements).
+_LAST_BOUNDARY = FixedQuery(
+    lambda conversation_id: (
+        Message.objects.filter(conversation_id=conversation_id, kind=Message.Kind.COMPACT_BOUNDARY)
+        .order_by("-seq")
+        .values_list("seq", "metadata")[:1]
+    ),
+    conversation_id=uuid.uuid4(),
+)
+_LIVE_SEGMENTS = FixedQuery(
+    lambda conversation_id: SummarySegment.objects.filter(
+        conversation_id=conversation_id, superseded_by__isnull=True
+    ).order_by("start_seq", "level"),
+    conversation_id=uuid.uuid4(),
+)
+
+
 def boundary_last(conversation: Conversation | Any) -> tuple[int, int]:
     """(seq of the last compact_boundary message, the seq B6 resumes after); (0, 0) before the first."""
-    row = (
-        Message.objects.filter(conversation=conversation, kind=Message.Kind.COMPACT_BOUNDARY)
-        .order_by("-seq")
-        .values_list("seq", "metadata")
-        .first()
-    )
+    row = _LAST_BOUNDARY.first(conversation_id=conversation)
     if row is None:
         return 0, 0
     seq, metadata = row
@@ -42,11 +55,8 @@ def history_start_seq(conversation: Conversation | Any) -> int:
 
 def segments_live(*, conversation: Conversation | Any) -> list[SummarySegment]:
     """The segments B4 shows, oldest first. Superseded segments (rolled up or rebuilt) are left out."""
-    return list(
-        SummarySegment.objects.filter(conversation=conversation, superseded_by__isnull=True).order_by(
-            "start_seq", "level"
-        )
-    )
+    segments: list[SummarySegment] = _LIVE_SEGMENTS.run(conversation_id=conversation)
+    return segments
 
 
 def segment_prompt_text(segment: SummarySegment) -> str:

@@ -1,0 +1,127 @@
+"""Querysets compiled once and run again with other values: for the reads every context call (and every
+proxied turn) makes, where Django building and compiling the SQL anew cost more CPU than the database took
+to answer (~0.3 ms a query against ~0.1 ms of round trip, bench/context_latency.py --profile).
+
+The sibling of tenants.scoping.ScopedRowLookup, for any queryset whose SQL depends only on which values
+are asked for, not on the values themselves (no `__in` lists, no None)."""
+
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections
+from django.db.models import Model, QuerySet
+from django.db.models.query import FlatValuesListIterable, ModelIterable, ValuesListIterable
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    sql: str
+    params: tuple[Any, ...]
+    slots: tuple[tuple[str, int, Callable[[Any], Any]], ...]  # (name, position in params, its adapter)
+    compiler: Any
+    converters: dict[int, Any]
+    model: type[Model] | None  # rows become instances of this model
+    attnames: list[str]
+    flat: bool
+
+
+class FixedQuery:
+    """`build(**samples)` is compiled once per database vendor; each run swaps the samples' positions in its
+    parameters for the values given, and converts the rows as the ORM would (values_list tuples, flat values,
+    or plain model instances without select_related). The samples must be values no query would otherwise
+    hold (a fresh UUID, an odd integer): each must be found among the compiled parameters, or compiling
+    fails loudly."""
+
+    def __init__(self, build: Callable[..., QuerySet[Any]], **samples: Any) -> None:
+        self._build = build
+        self._samples = samples
+        self._compiled: dict[tuple[str, str], _Compiled] = {}
+        self._lock = threading.Lock()
+
+    def _compile(self, using: str) -> _Compiled:
+        queryset = self._build(**self._samples)
+        compiler = queryset.query.get_compiler(using)
+        sql, params = compiler.as_sql()
+        slots = []
+        for name, sample in self._samples.items():
+            found = [(name, i, _cast(p, sample)) for i, p in enumerate(params) if _is_sample(p, sample)]
+            if not found:
+                raise ValueError(f"FixedQuery: the sample for {name!r} is not among the query's parameters")
+            slots += found
+        iterable = queryset._iterable_class
+        if iterable not in (ModelIterable, ValuesListIterable, FlatValuesListIterable):
+            raise ValueError(f"FixedQuery: {iterable.__name__} rows are not supported")
+        fields = [s[0] for s in compiler.select[0 : compiler.col_count]]
+        model, attnames = None, []
+        if iterable is ModelIterable:
+            if compiler.klass_info.get("related_klass_infos") or compiler.annotation_col_map:
+                raise ValueError("FixedQuery: model rows without select_related or annotations only")
+            model, attnames = queryset.model, [f.target.attname for f in fields]
+        return _Compiled(
+            sql, tuple(params), tuple(slots), compiler, compiler.get_converters(fields), model, attnames,
+            iterable is FlatValuesListIterable,
+        )  # fmt: skip
+
+    def _prepared(self, using: str) -> _Compiled:
+        key = (using, connections[using].vendor)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            with self._lock:
+                compiled = self._compiled.get(key) or self._compile(using)
+                self._compiled[key] = compiled
+        return compiled
+
+    def run(self, *, using: str = "default", **values: Any) -> list[Any]:
+        compiled = self._prepared(using)
+        params = list(compiled.params)
+        for name, position, cast in compiled.slots:
+            params[position] = cast(_like(self._samples[name], values[name]))
+        with connections[using].cursor() as cursor:
+            cursor.execute(compiled.sql, params)
+            fetched = cursor.fetchall()
+        rows: Any = fetched
+        if compiled.converters:
+            rows = compiled.compiler.apply_converters(fetched, compiled.converters)
+        if compiled.model is not None:
+            return [compiled.model.from_db(using, compiled.attnames, row) for row in rows]
+        if compiled.flat:
+            return [row[0] for row in rows]
+        return [tuple(row) for row in rows] if compiled.converters else list(rows)
+
+    def first(self, *, using: str = "default", **values: Any) -> Any:
+        """The first row, or None (the queryset should end in [:1])."""
+        rows = self.run(using=using, **values)
+        return rows[0] if rows else None
+
+
+def _is_sample(param: Any, sample: Any) -> bool:
+    """The compiled parameter stands for the sample: the value itself (or a backend's subclass of its type,
+    psycopg's Int8), or a UUID's hex (SQLite)."""
+    if isinstance(param, type(sample)) and param == sample:
+        return True
+    return isinstance(sample, uuid.UUID) and param == sample.hex
+
+
+def _cast(param: Any, sample: Any) -> Callable[[Any], Any]:
+    """How a value is sent where the compiled parameter stood: as the ORM sent the sample."""
+    if isinstance(sample, uuid.UUID) and not isinstance(param, uuid.UUID):
+        return lambda value: value.hex
+    if type(param) is not type(sample):
+        return type(param)  # e.g. Int8: the prepared statement's parameter type stays the same
+    return lambda value: value
+
+
+def _like(sample: Any, value: Any) -> Any:
+    """The value as the sample's type (a conversation id may come as a string); None has no fixed SQL."""
+    if value is None:
+        raise TypeError("FixedQuery: None changes the SQL (IS NULL); use another query for it")
+    if isinstance(value, Model):
+        value = value.pk
+    if isinstance(sample, uuid.UUID) and not isinstance(value, uuid.UUID):
+        return uuid.UUID(str(value))
+    if isinstance(sample, int) and not isinstance(sample, bool):
+        return int(value)
+    return value
