@@ -195,8 +195,8 @@ def _agent_profile(state: ContextState) -> AgentProfile | None:
         return profile
     if state.context.agent_profile_id is not None:
         return state.context.agent_profile
-    profile: AgentProfile | None = _DEFAULT_PROFILE.first(tenant_id=tenant.pk)
-    return profile
+    default: AgentProfile | None = _DEFAULT_PROFILE.first(tenant_id=tenant.pk)
+    return default
 
 
 def _room(state: ContextState) -> int:
