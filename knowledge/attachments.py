@@ -25,6 +25,7 @@ from conversations.models import Conversation, Message
 from knowledge.models import Chunk, Document
 from knowledge.vision import descriptions_by_sha256, human_size, offline_description
 from providers.tokens import truncate_text
+from tenants.statements import FixedQuery
 
 PRIORITIES = ("P0", "P1", "P2", "P3")
 LEVELS = ("content", "description", "summary", "name")
@@ -97,17 +98,57 @@ def conversation_attachments(query: AttachmentQuery) -> Found:
 def _anything_stored(conversation: Conversation) -> bool:
     """Whether the conversation or its end user has any document or image at all. Most have none, and two
     plain EXISTS cost a fraction of the candidate reads below (ordered, joined, several queries)."""
-    tenant_id = conversation.tenant_id
-    scope = Q(conversation_id=conversation.pk)
-    image_scope = Q(conversation_id=conversation.pk)
-    if conversation.end_user_id is not None:
-        scope |= Q(end_user_id=conversation.end_user_id)
-        theirs = Conversation.objects.filter(tenant_id=tenant_id, end_user_id=conversation.end_user_id)
-        image_scope = Q(conversation_id__in=theirs.values("pk"))
-    return (
-        Document.objects.filter(scope, tenant_id=tenant_id).exists()
-        or ArchivedImage.objects.filter(image_scope, tenant_id=tenant_id).exists()
+    own, tenant_id, end_user_id = conversation.pk, conversation.tenant_id, conversation.end_user_id
+    if end_user_id is None:
+        return bool(
+            _CONVERSATION_DOCUMENT.run(conversation_id=own, tenant_id=tenant_id)
+            or _CONVERSATION_IMAGE.run(conversation_id=own, tenant_id=tenant_id)
+        )
+    return bool(
+        _END_USER_DOCUMENT.run(conversation_id=own, tenant_id=tenant_id, end_user_id=end_user_id)
+        or _END_USER_IMAGE.run(tenant_id=tenant_id, end_user_id=end_user_id)
     )
+
+
+# _anything_stored's reads, as fixed statements (tenants.statements): run on every context call, where Django
+# compiling them cost more than the database answering. values_list(pk)[:1] is what exists() asks.
+def _one(queryset: QuerySet[Any]) -> QuerySet[Any]:
+    return queryset.order_by().values_list("pk", flat=True)[:1]
+
+
+def _documents_of(scope: Q, tenant_id: Any) -> QuerySet[Any]:
+    return _one(Document.objects.filter(scope, tenant_id=tenant_id))
+
+
+def _images_of(scope: Q, tenant_id: Any) -> QuerySet[Any]:
+    return _one(ArchivedImage.objects.filter(scope, tenant_id=tenant_id))
+
+
+def _their_conversations(tenant_id: Any, end_user_id: Any) -> Q:
+    theirs = Conversation.objects.filter(tenant_id=tenant_id, end_user_id=end_user_id)
+    return Q(conversation_id__in=theirs.values("pk"))
+
+
+_SAMPLES = {"conversation_id": uuid.uuid4(), "tenant_id": uuid.uuid4()}
+_CONVERSATION_DOCUMENT = FixedQuery(
+    lambda conversation_id, tenant_id: _documents_of(Q(conversation_id=conversation_id), tenant_id),
+    **_SAMPLES,
+)
+_CONVERSATION_IMAGE = FixedQuery(
+    lambda conversation_id, tenant_id: _images_of(Q(conversation_id=conversation_id), tenant_id), **_SAMPLES
+)
+_END_USER_DOCUMENT = FixedQuery(
+    lambda conversation_id, tenant_id, end_user_id: _documents_of(
+        Q(conversation_id=conversation_id) | Q(end_user_id=end_user_id), tenant_id
+    ),
+    **_SAMPLES,
+    end_user_id=7_123_456_789_005,
+)
+_END_USER_IMAGE = FixedQuery(
+    lambda tenant_id, end_user_id: _images_of(_their_conversations(tenant_id, end_user_id), tenant_id),
+    tenant_id=_SAMPLES["tenant_id"],
+    end_user_id=7_123_456_789_005,
+)
 
 
 def _last_reply(query: AttachmentQuery) -> tuple[int, datetime.datetime | None]:

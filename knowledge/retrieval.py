@@ -5,6 +5,7 @@ lists. The pipeline turns them into its own items (knowledge sits below prefix_c
 not know their types)."""
 
 import re
+import uuid
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from knowledge.models import ImageDescription
 from knowledge.search import knowledge_search
 from providers.ranking import Postings
 from providers.text import SEARCH_STOPWORDS
+from tenants.statements import FixedQuery
 
 CANDIDATES = 8
 IMAGE_CANDIDATES = 4
@@ -68,6 +70,17 @@ def _words(text: str) -> list[str]:
     ]
 
 
+# Read on every context call (most conversations have none): a fixed statement (tenants.statements).
+_IMAGES = FixedQuery(
+    lambda conversation_id: (
+        ArchivedImage.objects.filter(conversation_id=conversation_id, duplicate_of__isnull=True)
+        .order_by("-message_seq", "-part_index")
+        .values_list("id", "sha256", "message_seq")[:IMAGE_CORPUS]
+    ),
+    conversation_id=uuid.uuid4(),
+)
+
+
 def image_candidates(
     *, conversation: Conversation, query: str, min_relevance: float, limit: int = IMAGE_CANDIDATES
 ) -> list[KnowledgeCandidate]:
@@ -77,11 +90,7 @@ def image_candidates(
     asked = set(_words(query))
     if not asked:
         return []
-    images = list(
-        ArchivedImage.objects.filter(conversation_id=conversation.pk, duplicate_of__isnull=True)
-        .order_by("-message_seq", "-part_index")
-        .values_list("id", "sha256", "message_seq")[:IMAGE_CORPUS]
-    )
+    images = _IMAGES.run(conversation_id=conversation.pk)
     texts = dict(
         ImageDescription.objects.filter(
             tenant_id=conversation.tenant_id, sha256__in={sha for _, sha, _ in images}

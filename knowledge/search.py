@@ -9,6 +9,7 @@ on each search, and only when it moved are the new documents' chunks read and th
 Several server processes each keep their own copy; the database stays the only truth."""
 
 import threading
+import uuid
 from array import array
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from knowledge.identifiers import looks_like_a_name, query_terms, symbol_words, 
 from knowledge.models import Chunk, Document, scope_key
 from providers.embeddings import embed_query, embedder_status, from_bytes
 from providers.ranking import Postings, Vectors, best_first, fuse
+from tenants.statements import FixedQuery
 
 FUSION_DEPTH = 200
 LEXICAL_WEIGHT = 1.0
@@ -37,6 +39,20 @@ SYMBOL_WEIGHT = 1.0
 # crowd out the lexical ranking on Django: MRR@10 0.83 at 0.4, 0.84 at 0.45 on name queries).
 SYMBOL_THRESHOLD = 0.45
 KIND_CODES = {Document.Kind.DOCUMENT: 0, Document.Kind.CODE: 1}
+
+
+# What tells a tenant's ready documents changed (count, chunks, last processed), read on every context
+# call: a fixed statement (tenants.statements). Grouped by the tenant: no documents is no row.
+_FINGERPRINT = FixedQuery(
+    lambda tenant_id: (
+        Document.objects.filter(tenant_id=tenant_id, status=Document.Status.READY)
+        .order_by()
+        .values("tenant_id")
+        .annotate(n=Count("id"), c=Sum("chunk_count"), t=Max("processed_at"))
+        .values_list("n", "c", "t")
+    ),
+    tenant_id=uuid.uuid4(),
+)
 
 
 class KnowledgeIndex:
@@ -65,9 +81,7 @@ class KnowledgeIndex:
 
     def sync(self) -> None:
         ready = Document.objects.filter(tenant_id=self.tenant_id, status=Document.Status.READY)
-        fingerprint = tuple(
-            ready.aggregate(n=Count("id"), c=Sum("chunk_count"), t=Max("processed_at")).values()
-        )
+        fingerprint = _FINGERPRINT.first(tenant_id=self.tenant_id) or (0, None, None)
         if fingerprint == self.fingerprint:
             return
         current = {str(pk) for pk in ready.values_list("id", flat=True)}
