@@ -152,9 +152,7 @@ def prepare(*, conversation: Conversation, request: ContextRequest) -> ContextSt
 def stage_load(state: ContextState) -> None:
     request = state.request
     if request.user_message_id is not None:
-        current = Message.objects.filter(
-            conversation=state.conversation, pk=request.user_message_id, role=Message.Role.USER
-        ).first()
+        current = _stored_question(state)
         if current is None:
             raise ApplicationError(
                 "user_message_id must name a user message of this conversation.", code="invalid_user_message"
@@ -182,6 +180,22 @@ def stage_load(state: ContextState) -> None:
     sources.load_core_memory(state)
     state.history_until = history_until
     _load_history(state, until_seq=history_until)
+
+
+def _stored_question(state: ContextState) -> Message | None:
+    """The user message the request names, of this conversation: the row the caller holds when it just
+    stored it (the chat proxy), else read."""
+    request, held = state.request, state.request.user_message_row
+    if (
+        held is not None
+        and held.pk == request.user_message_id
+        and held.conversation_id == state.conversation.pk
+        and held.role == Message.Role.USER
+    ):
+        return held
+    return Message.objects.filter(
+        conversation=state.conversation, pk=request.user_message_id, role=Message.Role.USER
+    ).first()
 
 
 def _agent_profile(state: ContextState) -> AgentProfile | None:

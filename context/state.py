@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from context.models import ConversationContext
-from conversations.models import Conversation
+from conversations.models import Conversation, Message
 from memory.rewrite import Rewrite
 from prefix_cache.rendering import Item, Layout, Rendered
 from providers.degradations import degradation_count
@@ -26,6 +26,8 @@ class ContextRequest:
     retrieval: dict[str, Any] = field(default_factory=dict)
     agent_profile_id: uuid.UUID | None = None
     user_message_id: uuid.UUID | None = None
+    # The row of user_message_id when the caller holds it (the proxy has just stored it): not read again.
+    user_message_row: Message | None = None
     record: bool = True
 
 

@@ -75,7 +75,8 @@ def _current(conversation: Conversation, synced: history.Synced) -> ContextReque
         .first()
     )
     if newest is not None and newest.role == Message.Role.USER and not newest.parts:
-        return ContextRequest(user_message="", user_message_id=newest.id)
+        row = newest if newest is synced.last else None  # a whole row, which the load stage need not read
+        return ContextRequest(user_message="", user_message_id=newest.id, user_message_row=row)
     return ContextRequest(user_message="")
 
 
