@@ -186,6 +186,8 @@ def _stored_question(state: ContextState) -> Message | None:
     """The user message the request names, of this conversation: the row the caller holds when it just
     stored it (the chat proxy), else read."""
     request, held = state.request, state.request.user_message_row
+    if request.user_message_id is None:
+        return None
     if (
         held is not None
         and held.pk == request.user_message_id
