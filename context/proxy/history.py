@@ -6,7 +6,9 @@ do) finds its longest already-stored prefix by key; one that sends only the new 
 position 0 and its messages continue the stored chain. A retried request appends nothing twice (its keys
 exist), and a concurrent duplicate meets the unique key."""
 
+import functools
 import hashlib
+import uuid
 from dataclasses import dataclass
 from json.encoder import encode_basestring  # the C escaper json.dumps uses (ensure_ascii=False)
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 from conversations.models import Conversation, Message
 from conversations.services import message_append_batch
 from prefix_cache.rendering import canonical_json
+from tenants.statements import FixedQuery
 
 KEY_PREFIX = "px:"
 _ROOT = "mnemo-proxy"
@@ -47,8 +50,21 @@ def key_chain(key: str) -> tuple[int, str]:
     return int(position), chain
 
 
+# Every proxied turn looks up keys and the newest messages: fixed statements (tenants.statements), whose SQL
+# Django would otherwise build and compile anew each time. values_list(pk)[:1] is what exists() asks.
+_KEY = FixedQuery(
+    lambda conversation_id, key: (
+        Message.objects.filter(conversation_id=conversation_id, idempotency_key=key)
+        .order_by()
+        .values_list("pk", flat=True)[:1]
+    ),
+    conversation_id=uuid.uuid4(),
+    key=f"{KEY_PREFIX}sample:{uuid.uuid4().hex}",
+)
+
+
 def _exists(conversation: Conversation, key: str) -> bool:
-    return Message.objects.filter(conversation=conversation, idempotency_key=key).exists()
+    return bool(_KEY.run(conversation_id=conversation.pk, key=key))
 
 
 def _seen_prefix(conversation: Conversation, keys: list[str]) -> int:
@@ -70,26 +86,35 @@ def _seen_prefix(conversation: Conversation, keys: list[str]) -> int:
     return low
 
 
-def _newest(conversation: Conversation, count: int) -> list[Message]:
-    return list(
-        Message.objects.filter(conversation=conversation, kind=Message.Kind.MESSAGE)
-        .order_by("-seq")
-        .only("id", "seq", "role", "idempotency_key")[:count]
+@functools.lru_cache(maxsize=4)
+def _newest_query(count: int) -> FixedQuery:
+    return FixedQuery(
+        lambda conversation_id: (
+            Message.objects.filter(conversation_id=conversation_id, kind=Message.Kind.MESSAGE)
+            .order_by("-seq")
+            .values_list("id", "idempotency_key")[:count]
+        ),
+        conversation_id=uuid.uuid4(),
     )
+
+
+def _newest(conversation: Conversation, count: int) -> list[tuple[Any, str | None]]:
+    """(id, idempotency key) of the newest `count` messages, newest first."""
+    rows: list[tuple[Any, str | None]] = _newest_query(count).run(conversation_id=conversation.pk)
+    return rows
 
 
 def _continuation(conversation: Conversation) -> tuple[int, str]:
     """Where a new-turn-only list continues: after the newest stored message, from its chain."""
     newest = _newest(conversation, 1)
-    last = newest[0] if newest else None
-    if last is None:
+    if not newest:
         return 0, _ROOT
-    key = last.idempotency_key or ""
-    if key.startswith(KEY_PREFIX):
-        position, chain = key_chain(key)
+    last_id, key = newest[0]
+    if (key or "").startswith(KEY_PREFIX):
+        position, chain = key_chain(key or "")
         return position + 1, chain
     count = Message.objects.filter(conversation=conversation, kind=Message.Kind.MESSAGE).count()
-    return count, hashlib.sha256(f"{_ROOT}\x00{last.id}".encode()).hexdigest()[:48]
+    return count, hashlib.sha256(f"{_ROOT}\x00{last_id}".encode()).hexdigest()[:48]
 
 
 @dataclass(frozen=True)
@@ -128,7 +153,7 @@ def history_sync(*, conversation: Conversation, items: list[dict[str, Any]]) -> 
     seen = _seen_prefix(conversation, keys) or _stored_prefix(conversation, items)
     # The same request again (a retry, or a regenerate): its last message is the newest stored one, or the
     # one the stored reply answers.
-    if seen == len(items) and keys[-1] in {m.idempotency_key for m in _newest(conversation, 2)}:
+    if seen == len(items) and keys[-1] in {key for _, key in _newest(conversation, 2)}:
         new, new_keys = [], []
     elif seen > 0 and seen == len(items):
         # The client's whole list is an older prefix, not the latest request: a new turn that happens to
