@@ -714,6 +714,10 @@ STAGE_FUNCTIONS = {
 
 
 def context_assemble(*, conversation: Conversation, request: ContextRequest) -> ContextState:
+    if request.user_message_id is None and sources.retrieval_wanted(request, request.user_message):
+        # A question sent as text is known before anything is read: the local model embeds it while prepare
+        # and the load stage read the database (a stored question starts in the load stage).
+        embed_query_ahead(focused(request.user_message))
     state = prepare(conversation=conversation, request=request)
     with transaction.atomic():
         for name in STAGES:

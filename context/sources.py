@@ -9,7 +9,7 @@ import logging
 
 from django.db import transaction
 
-from context.state import ContextState
+from context.state import ContextRequest, ContextState
 from conversations.models import Conversation, Message
 from memory.rewrite import query_rewrite
 from memory.selectors import core_memory_at, core_memory_blocks_current, label_order
@@ -112,8 +112,13 @@ def load_task_state(state: ContextState) -> None:
 
 
 def retrieval_enabled(state: ContextState) -> bool:
-    options = state.request.retrieval or {}
-    return bool(options.get("enabled", True) and state.layout.user_message.strip())
+    return retrieval_wanted(state.request, state.layout.user_message)
+
+
+def retrieval_wanted(request: ContextRequest, question: str) -> bool:
+    """Whether the request's question (its text, or the stored message it names) is searched for."""
+    options = request.retrieval or {}
+    return bool(options.get("enabled", True) and question.strip())
 
 
 def rewrite_query(state: ContextState) -> None:
