@@ -12,8 +12,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, close_old_connections, models, transaction
-from django.db.models import F, FloatField, Q, Value
+from django.db import DatabaseError, IntegrityError, close_old_connections, connection, models, transaction
+from django.db.models import F, FloatField, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 from rest_framework import status
@@ -58,22 +58,61 @@ CHAIN_LEVELS = (PrefixHint.Level.B6, PrefixHint.Level.PROMPT)
 
 
 def _hints_known(tenant: Tenant, *, levels: list[PrefixLevel], chain: list[str]) -> set[tuple[str, str]]:
-    """(level, hash) of the tenant's hints among these levels and history-chain hashes."""
-    wanted = Q(level__in=CHAIN_LEVELS, hash__in=chain)
+    """(level, hash) of the tenant's hints among these levels and history-chain hashes. The statement is
+    written out, not a queryset: with its IN lists (up to CHAIN_PROBE hashes) Django's compilation cost
+    several times the query's round trip, on every context call. The same SQL the queryset made."""
+    groups = [([str(level) for level in CHAIN_LEVELS], chain)]
     if levels:
-        wanted |= Q(level__in=[lv.level for lv in levels], hash__in=[lv.hash for lv in levels])
-    return set(PrefixHint.objects.filter(tenant=tenant).filter(wanted).values_list("level", "hash"))
+        groups.append(([lv.level for lv in levels], [lv.hash for lv in levels]))
+    groups = [(names, hashes) for names, hashes in groups if hashes]  # an empty IN matches nothing
+    if not groups:
+        return set()
+    quote = connection.ops.quote_name
+    level, hash_ = quote("level"), quote("hash")
+    tenant_field = PrefixHint._meta.get_field("tenant")
+    params: list[Any] = [tenant_field.get_db_prep_value(tenant.pk, connection)]
+    wanted = []
+    for names, hashes in groups:
+        names, hashes = list(dict.fromkeys(names)), list(dict.fromkeys(hashes))
+        wanted.append(f"({level} IN ({_marks(names)}) AND {hash_} IN ({_marks(hashes)}))")
+        params += [*names, *hashes]
+    sql = (
+        f"SELECT {level}, {hash_} FROM {quote(PrefixHint._meta.db_table)} "  # noqa: S608 - names from the model
+        f"WHERE {quote(tenant_field.column)} = %s AND ({' OR '.join(wanted)})"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {(row[0], row[1]) for row in cursor.fetchall()}
+
+
+def _marks(values: list[str]) -> str:
+    return ", ".join(["%s"] * len(values))
 
 
 def _hints_count(tenant: Tenant, *, seen: set[str], now: datetime) -> None:
-    """One more hit for each hint seen again. Every call of a tenant counts the same few rows (its agent
-    profile's levels), and the context call holds its row locks until it commits: rows another call holds
-    are skipped (its count is approximate), so concurrent calls never wait on each other here, let alone
-    deadlock (seen with 50 concurrent proxied streams)."""
+    """One more hit for each hint seen again: statistics for the admin, which no prompt depends on, so they
+    are buffered with the context-call statistics (_StatsBuffer) instead of costing the call an UPDATE
+    (written now when MNEMO_CONTEXT_STATS_FLUSH_SECONDS is 0)."""
     if not seen:
         return
-    free = PrefixHint.objects.filter(tenant=tenant, hash__in=seen).select_for_update(skip_locked=True)
-    PrefixHint.objects.filter(pk__in=free.values("pk")).update(hits=F("hits") + 1, last_seen=now)
+    if settings.MNEMO_CONTEXT_STATS_FLUSH_SECONDS <= 0:
+        _hints_add_hits(tenant.pk, dict.fromkeys(seen, 1), now=now)
+        return
+    _buffer.add_hits(tenant.pk, seen, now)
+
+
+def _hints_add_hits(tenant_id: Any, hits: dict[str, int], *, now: datetime) -> None:
+    """Add hits to the tenant's hints with these hashes. A context call holds the rows it inserts until it
+    commits: rows another transaction holds are skipped (the count is approximate), so nothing waits on
+    them here, let alone deadlocks (seen with 50 concurrent proxied streams)."""
+    by_count: dict[int, list[str]] = defaultdict(list)
+    for hash_, count in hits.items():
+        by_count[count].append(hash_)
+    for count, hashes in sorted(by_count.items()):
+        free = PrefixHint.objects.filter(tenant_id=tenant_id, hash__in=hashes).select_for_update(
+            skip_locked=True
+        )
+        PrefixHint.objects.filter(pk__in=free.values("pk")).update(hits=F("hits") + count, last_seen=now)
 
 
 def _hints_add(tenant: Tenant, new: list[PrefixLevel], *, now: datetime) -> None:
@@ -255,14 +294,16 @@ def _record_calls(tenant_id: Any, hour: datetime, calls: list[tuple[float, tuple
         logger.warning("context call statistics not recorded for tenant %s", tenant_id, exc_info=True)
 
 
-class _CallBuffer:
-    """Context calls counted in this process and written together every MNEMO_CONTEXT_STATS_FLUSH_SECONDS
-    by a thread of their own (and at exit): a context call pays a dictionary update, not a committed write
-    that would wait for the database's write lock (SQLite's is shared with the background embedding runs).
-    A crash loses at most that many seconds of dashboard statistics."""
+class _StatsBuffer:
+    """Context calls and prefix-hint hits counted in this process and written together every
+    MNEMO_CONTEXT_STATS_FLUSH_SECONDS by a thread of their own (and at exit): a context call pays a
+    dictionary update, not a committed write that would wait for the database's write lock (SQLite's is
+    shared with the background embedding runs). A crash loses at most that many seconds of statistics."""
 
     def __init__(self) -> None:
         self._calls: dict[tuple[Any, datetime], list[tuple[float, tuple[str, ...]]]] = defaultdict(list)
+        self._hits: dict[Any, Counter[str]] = defaultdict(Counter)  # tenant -> hint hash -> hits
+        self._seen: dict[Any, datetime] = {}  # tenant -> when its hints were last seen
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -270,16 +311,32 @@ class _CallBuffer:
         hour = timezone.now().replace(minute=0, second=0, microsecond=0)
         with self._lock:
             self._calls[(tenant_id, hour)].append((milliseconds, codes))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="mnemo-context-stats", daemon=True)
-                self._thread.start()
-                atexit.register(self.flush)
+            self._start()
+
+    def add_hits(self, tenant_id: Any, hashes: Iterable[str], now: datetime) -> None:
+        with self._lock:
+            self._hits[tenant_id].update(hashes)
+            self._seen[tenant_id] = now
+            self._start()
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="mnemo-context-stats", daemon=True)
+            self._thread.start()
+            atexit.register(self.flush)
 
     def flush(self) -> None:
         with self._lock:
             pending, self._calls = self._calls, defaultdict(list)
+            hits, self._hits, seen, self._seen = self._hits, defaultdict(Counter), self._seen, {}
         for (tenant_id, hour), calls in pending.items():
             _record_calls(tenant_id, hour, calls)
+        for tenant_id, counts in hits.items():
+            try:
+                with transaction.atomic():
+                    _hints_add_hits(tenant_id, dict(counts), now=seen[tenant_id])
+            except DatabaseError:
+                logger.warning("prefix-hint hits not recorded for tenant %s", tenant_id, exc_info=True)
 
     def _run(self) -> None:
         while True:
@@ -291,7 +348,7 @@ class _CallBuffer:
                 logger.exception("context call statistics flush failed")
 
 
-_buffer = _CallBuffer()
+_buffer = _StatsBuffer()
 
 
 def context_call_note(*, tenant_id: Any, milliseconds: float, degradation_codes: Iterable[str]) -> None:

@@ -8,6 +8,7 @@ from django.db import connection, transaction
 
 from context.services import agent_profile_create
 from prefix_cache.models import CacheUsage, PrefixHint
+from prefix_cache.services import context_calls_flush
 from prefix_cache.usage import cacheable_tokens, openai_cacheable
 from tests.context.helpers import append, context
 
@@ -224,3 +225,24 @@ def test_a_call_does_not_wait_for_hint_rows_another_call_holds(owner, conversati
     assert second["prefix"]["hashes"] == first["prefix"]["hashes"]
     # The held rows were not counted; nothing was lost or duplicated.
     assert {h.hits for h in PrefixHint.objects.filter(tenant=owner.tenant)} == {1}
+
+
+def test_a_server_process_buffers_hint_hits_and_writes_them_together(owner, conversation, profile, settings):
+    """Hits are statistics no prompt depends on: a server process counts them with the context-call
+    statistics and writes them together, and a call sees the hints themselves at once."""
+    settings.MNEMO_CONTEXT_STATS_FLUSH_SECONDS = 3600  # the flush thread does not run during the test
+    question = {"user_message": "Where is ticket 881?"}
+    first = context(owner, conversation, **question)
+    second = context(owner, conversation, **question)
+    third = context(owner, conversation, **question)
+    assert second["prefix"]["hint_level"] == third["prefix"]["hint_level"] == "B1+B2a+B4+B6"
+    assert {h.hits for h in PrefixHint.objects.filter(tenant=owner.tenant)} == {1}
+
+    context_calls_flush()
+
+    rows = {(h.level, h.hash): h for h in PrefixHint.objects.filter(tenant=owner.tenant)}
+    assert {h.hits for h in rows.values()} == {3}
+    b1 = rows[("B1", first["prefix"]["hashes"]["B1"])]
+    assert b1.last_seen > b1.first_seen
+    context_calls_flush()  # nothing left: nothing counted twice
+    assert {h.hits for h in PrefixHint.objects.filter(tenant=owner.tenant)} == {3}
