@@ -174,10 +174,13 @@ def search(
     before_seq: int,
     limit: int,
     user_prior: float = 1.0,
+    user_apart: bool = False,
 ) -> list[PassageHit]:
     """The best `limit` passages of messages with seq <= before_seq, best first (fused score, the user's own
     messages' times `user_prior`: weighed before the best are chosen, so that a long reply's many passages
-    cannot crowd the user's messages out of the `limit`)."""
+    cannot crowd the user's messages out of the `limit`). With `user_apart`, each side is ranked among its own
+    passages (to FUSION_DEPTH each) before the prior: a question about what the user said reaches the user's
+    messages however far down the assistant's long replies push them in one ranking of both."""
     if not index.passages:
         return []
     owner = np.frombuffer(index.passage_owner, dtype=np.int32)
@@ -185,10 +188,17 @@ def search(
     eligible = seqs[owner] <= before_seq
     lexical = index.postings.bm25(terms(query))
     similarity = index.vectors.similarity(query_vector, len(index.passages))
-    fused = fuse(((LEXICAL_WEIGHT, lexical), (VECTOR_WEIGHT, similarity)), eligible, FUSION_DEPTH)
-    if user_prior != 1.0:
+    rankings = ((LEXICAL_WEIGHT, lexical), (VECTOR_WEIGHT, similarity))
+    if user_prior == 1.0:
+        fused = fuse(rankings, eligible, FUSION_DEPTH)
+    else:
         from_user = np.frombuffer(index.message_from_user, dtype=np.int8)[owner].astype(bool)
-        fused[from_user] *= user_prior
+        if user_apart:
+            fused = fuse(rankings, eligible & ~from_user, FUSION_DEPTH)
+            fused += user_prior * fuse(rankings, eligible & from_user, FUSION_DEPTH)
+        else:
+            fused = fuse(rankings, eligible, FUSION_DEPTH)
+            fused[from_user] *= user_prior
     return [
         PassageHit(
             message=index.messages[index.passages[i].message],

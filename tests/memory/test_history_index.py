@@ -107,3 +107,36 @@ def test_the_user_prior_weighs_before_the_best_passages_are_chosen(conversation)
 
     assert seqs() == {1}  # the reply's passages fill the limit
     assert 2 in seqs(user_prior=2.5)  # weighed first, the user's own message is among them
+
+
+def test_with_the_user_apart_a_user_message_past_the_fusion_depth_is_reached(conversation, monkeypatch):
+    monkeypatch.setattr(history_index, "FUSION_DEPTH", 4)
+    reply = "\n\n".join(
+        f"Part {n}: the kettle descaling schedule and the kettle descaling steps." + " filler" * 140
+        for n in range(6)
+    )
+    append(
+        conversation,
+        {"role": "assistant", "content": reply},
+        {"role": "user", "content": "I said the kettle needs citric acid."},
+    )
+    index = conversation_index(conversation.id)
+
+    def seqs(**options):
+        hits = search(index, query="kettle descaling", query_vector=None, before_seq=10, limit=10, **options)
+        return {h.message.seq for h in hits}
+
+    # Six passages of the reply match better: in one ranking of both sides the user's message is past the
+    # depth, and no prior reaches a score of nothing.
+    assert seqs(user_prior=10.0) == {1}
+    assert seqs(user_prior=10.0, user_apart=True) == {1, 2}
+    first = search(
+        index,
+        query="kettle descaling",
+        query_vector=None,
+        before_seq=10,
+        limit=1,
+        user_prior=10.0,
+        user_apart=True,
+    )
+    assert first[0].message.seq == 2  # and the prior puts it first
