@@ -6,7 +6,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from context.retrieval import EXCERPT_MIN_WORDS, SAID_PRIOR, USER_PRIOR, excerpt_span, focused, user_prior
+from context.retrieval import (
+    EXCERPT_MIN_WORDS,
+    MESSAGE_CANDIDATES,
+    SAID_PRIOR,
+    USER_PRIOR,
+    excerpt_span,
+    focused,
+    user_prior,
+)
 from conversations.embedding import message_vectors_fill
 from memory import history_index
 from providers import embeddings
@@ -228,3 +236,28 @@ def test_a_question_about_what_i_said_is_answered_from_my_own_messages(owner, co
 )
 def test_what_the_user_said_weighs_the_users_messages_most(question, prior):
     assert user_prior(question) == prior
+
+
+def test_asked_what_i_said_more_of_my_short_messages_are_candidates(owner, conversation, lexical_only):
+    filler = "with the lid, the handle, the spout, the base, the cord, the switch and the light all checked"
+    for start in range(0, 200, 50):
+        append(
+            conversation,
+            *[
+                message
+                for n in range(start, start + 50)
+                for message in (
+                    {"role": "user", "content": f"Kettle note {n}: I descaled kettle number {n} {filler}."},
+                    {"role": "assistant", "content": "Noted."},
+                )
+            ],
+        )
+
+    said = context(owner, conversation, user_message="What did I say about each kettle?", token_budget=8000)
+    asked = context(owner, conversation, user_message="Which kettle needs descaling?", token_budget=8000)
+
+    def hits(body):
+        return [i for i in b5_items(body) if "neighbour_of" not in i]
+
+    assert len(hits(asked)) == MESSAGE_CANDIDATES
+    assert len(hits(said)) > MESSAGE_CANDIDATES
