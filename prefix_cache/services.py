@@ -5,6 +5,7 @@ import atexit
 import logging
 import threading
 import time
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from providers.metrics import cache_usage_observe
 from providers.model_table import model_info
 from tenants.errors import ApplicationError
 from tenants.models import Tenant
+from tenants.statements import FixedQuery
 
 logger = logging.getLogger(__name__)
 
@@ -185,6 +187,22 @@ def cache_usage_open(
     )
 
 
+# The context call a usage report names, locked: every proxied reply reports one, so a fixed statement
+# (tenants.statements). Only the usage fields change on a matched row.
+_CONTEXT_CALL = FixedQuery(
+    lambda conversation_id, context_id: (
+        CacheUsage.objects.select_for_update()
+        .filter(conversation_id=conversation_id, pk=context_id)
+        .order_by()[:1]
+    ),
+    conversation_id=uuid.uuid4(),
+    context_id=uuid.uuid4(),
+)
+USAGE_FIELDS = (
+    "provider", "prompt_tokens", "cached_tokens", "cache_write_tokens", "completion_tokens", "reported_at",
+)  # fmt: skip
+
+
 def cache_usage_report(
     *, conversation: Conversation, usage: object, provider: str | None = None, context_id: object = None
 ) -> CacheUsage:
@@ -196,7 +214,7 @@ def cache_usage_report(
     with transaction.atomic():
         pending = CacheUsage.objects.select_for_update().filter(conversation=conversation)
         if context_id is not None:
-            row = pending.filter(pk=context_id).first()
+            row = _CONTEXT_CALL.first(conversation_id=conversation.pk, context_id=context_id)
             if row is None:
                 raise ApplicationError(
                     "No context call with that id in this conversation.",
@@ -222,7 +240,7 @@ def cache_usage_report(
         row.cache_write_tokens = parsed.cache_write_tokens
         row.completion_tokens = parsed.completion_tokens
         row.reported_at = timezone.now()
-        row.save()
+        row.save(update_fields=USAGE_FIELDS if matched else None)
     cache_usage_observe(
         provider=row.provider,
         matched=matched,
