@@ -1238,7 +1238,7 @@ def _rule_for(sentence: str) -> _Rule | None:
         return _Rule(rule, f"Name: {match.group('name').strip()}")
     if rule == "instruction":
         return _Rule(rule, sentence)  # in core memory only (_standing_store): in every prompt already
-    content = sentence
+    content = _archival_excerpt(sentence, rule, match)
     if rule == "preference":  # its core memory line is written by _standing_store
         kind = ArchivalMemory.Kind.PREFERENCE
     elif rule == "remember":
@@ -1249,6 +1249,22 @@ def _rule_for(sentence: str) -> _Rule | None:
     elif rule == "fact":
         kind = ArchivalMemory.Kind.FACT
     return _Rule(rule, content, kind or ArchivalMemory.Kind.FACT, memo)
+
+
+def _archival_excerpt(sentence: str, rule: str, match: re.Match[str] | None) -> str:
+    """What an archival memory keeps of a sentence: all of it, or of a long one (a request that runs on for
+    hundreds of words) the words around what the rule matched, as core memory does (_excerpt). A memory of
+    a whole long request took 642 of 1,500 B5 tokens at a 2,000-token budget on BEAM-128K."""
+    if len(sentence) <= STANDING_CHARS:
+        return sentence
+    start, end = 0, 0
+    if rule == "preference":
+        hit = _standing_match(sentence)
+        if hit is not None:
+            start, end = hit[1], hit[2]
+    elif match is not None:
+        start, end = match.start(), match.end()
+    return _excerpt(sentence, start, end)
 
 
 def _rules_embed(batch: _Batch) -> dict[str, Embedding]:

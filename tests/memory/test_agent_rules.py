@@ -5,7 +5,7 @@ not; a newer statement of the same detail invalidates the older memory."""
 
 import pytest
 
-from memory.agent import _rule_for, _sentences, memory_agent_run
+from memory.agent import STANDING_CHARS, _rule_for, _sentences, memory_agent_run
 from memory.facts import strip_lead_in
 from memory.models import ArchivalMemory, MemoryOperation
 from tests.summaries.helpers import append
@@ -245,3 +245,24 @@ def test_the_rules_vectors_are_computed_before_the_cursor_is_locked(conversation
     kept = set(ArchivalMemory.objects.values_list("content", flat=True))
     assert kept == {"The deploy key for ledger on staging is QW-4821", "We pinned the ledger SDK to 7.31.4"}
     assert sorted(embedded) == [([content], depth_outside) for content in sorted(kept)]
+
+
+def test_a_preference_in_a_run_on_request_is_kept_as_the_words_around_it():
+    sentence = (
+        "I'm trying to understand probability as a ratio, and I prefer step-by-step explanations with "
+        "concrete examples like coin tosses and dice rolls, so can you help me calculate the probability of "
+        "rolling an even number on a 6-sided die, considering that there are 3 even numbers out of 6 "
+        "possible outcomes, considering my goal is to solve 10 probability problems by February 1, and "
+        "I've already completed 5 coin toss problems with 80% mastery of simple probability ratios"
+    )
+    rule = _rule_for(sentence)
+
+    assert rule is not None and rule.kind == ArchivalMemory.Kind.PREFERENCE
+    assert "I prefer step-by-step explanations" in rule.content
+    assert "6-sided die" not in rule.content  # the request that follows is not the preference
+    assert rule.content.endswith("…") and len(rule.content) <= STANDING_CHARS + 4
+
+
+def test_a_short_statement_is_kept_whole():
+    rule = _rule_for("I prefer tabs over spaces in every Python file")
+    assert rule is not None and rule.content == "I prefer tabs over spaces in every Python file"
