@@ -48,7 +48,7 @@ free port; stopped at the end, also on error or Ctrl-C.
                                      Celery worker too; without, tasks run eagerly in the server)
   --url URL --api-key KEY            an already running server: nothing started or stopped
 Data not kept is removed at the end: the temporary var dir, or the conversations this run created.
-  --index-timeout S                  seconds to wait for the retrieval index (default 900)
+  --index-timeout S                  seconds to wait for the retrieval index (default 1800)
   --json PATH                        per-question results (evidence seqs and which were present, ER,
                                      tokens, B5 tokens, latency, degradations)
 """
@@ -858,7 +858,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--redis-url", help="with --database-url: Redis, and a Celery worker")
     parser.add_argument("--url", help="an already running server (with --api-key)")
     parser.add_argument("--api-key")
-    parser.add_argument("--index-timeout", type=float, default=900.0)
+    parser.add_argument("--index-timeout", type=float, default=1800.0)
     parser.add_argument("--json", type=Path, help="write per-question results here")
     args = parser.parse_args()
     if args.url and not args.api_key:
