@@ -87,56 +87,37 @@ def test_a_deleted_conversation_takes_its_index_with_it(conversation):
     assert str(conversation.id) not in history_index._indexes
 
 
-def test_the_user_prior_weighs_before_the_best_passages_are_chosen(conversation):
+def reply_then_user(conversation, user_text: str):
+    """A reply of six passages that all match "kettle descaling", then a user message that matches less."""
     reply = "\n\n".join(
         f"Section {n}: the kettle descaling schedule, kettle descaling filters and kettle descaling care."
         + " filler" * 70
         for n in range(6)
     )
-    append(
-        conversation,
-        {"role": "assistant", "content": reply},
-        {"role": "user", "content": "Once a month I clean the kettle with citric acid, it works."},
-    )
+    append(conversation, {"role": "assistant", "content": reply}, {"role": "user", "content": user_text})
     index = conversation_index(conversation.id)
     assert len(index.messages[0].passages) == 6  # each passage ranks on its own
+    return index
 
-    def seqs(**prior):
-        hits = search(index, query="kettle descaling", query_vector=None, before_seq=10, limit=3, **prior)
-        return {h.message.seq for h in hits}
 
-    assert seqs() == {1}  # the reply's passages fill the limit
-    assert 2 in seqs(user_prior=2.5)  # weighed first, the user's own message is among them
+def found(index, *, limit: int, **options) -> list[int]:
+    hits = search(index, query="kettle descaling", query_vector=None, before_seq=10, limit=limit, **options)
+    return [h.message.seq for h in hits]
+
+
+def test_the_user_prior_weighs_before_the_best_passages_are_chosen(conversation):
+    index = reply_then_user(conversation, "Once a month I clean the kettle with citric acid, it works.")
+
+    assert set(found(index, limit=3)) == {1}  # the reply's passages fill the limit
+    assert 2 in found(index, limit=3, user_prior=2.5)  # weighed first, the user's own message is among them
 
 
 def test_with_the_user_apart_a_user_message_past_the_fusion_depth_is_reached(conversation, monkeypatch):
     monkeypatch.setattr(history_index, "FUSION_DEPTH", 4)
-    reply = "\n\n".join(
-        f"Part {n}: the kettle descaling schedule and the kettle descaling steps." + " filler" * 140
-        for n in range(6)
-    )
-    append(
-        conversation,
-        {"role": "assistant", "content": reply},
-        {"role": "user", "content": "I said the kettle needs citric acid."},
-    )
-    index = conversation_index(conversation.id)
+    index = reply_then_user(conversation, "I said the kettle needs citric acid.")
 
-    def seqs(**options):
-        hits = search(index, query="kettle descaling", query_vector=None, before_seq=10, limit=10, **options)
-        return {h.message.seq for h in hits}
-
-    # Six passages of the reply match better: in one ranking of both sides the user's message is past the
+    # The reply's six passages match better: in one ranking of both sides the user's message is past the
     # depth, and no prior reaches a score of nothing.
-    assert seqs(user_prior=10.0) == {1}
-    assert seqs(user_prior=10.0, user_apart=True) == {1, 2}
-    first = search(
-        index,
-        query="kettle descaling",
-        query_vector=None,
-        before_seq=10,
-        limit=1,
-        user_prior=10.0,
-        user_apart=True,
-    )
-    assert first[0].message.seq == 2  # and the prior puts it first
+    assert set(found(index, limit=10, user_prior=10.0)) == {1}
+    assert set(found(index, limit=10, user_prior=10.0, user_apart=True)) == {1, 2}
+    assert found(index, limit=1, user_prior=10.0, user_apart=True) == [2]  # and the prior puts it first
