@@ -381,7 +381,10 @@ def describe_server(args: argparse.Namespace, var_dir: Path) -> str:
     where = f"uvicorn config.asgi --lifespan off, 1 process, started here; var dir {var_dir}"
     if not args.database_url:
         worker = os.environ.get("MNEMO_EMBEDDED_WORKER") or "process"
-        return f"server: {where}; SQLite embedded, Celery eager, background tasks in the server's {worker}"
+        tasks = (
+            "in a worker process the server starts" if worker == "process" else "on a thread of the server"
+        )
+        return f"server: {where}; SQLite embedded, Celery eager, background tasks {tasks}"
     broker = f"Redis {redact(args.redis_url)} with a Celery worker" if args.redis_url else "Celery eager"
     return f"server: {where}; PostgreSQL {redact(args.database_url)}; {broker}"
 
