@@ -14,7 +14,8 @@ import random
 import secrets
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -106,6 +107,25 @@ def django_setup(*, var_dir: Path, database_url: str = "") -> None:
 
     django.setup()
     call_command("migrate", interactive=False, verbosity=0)
+
+
+def buffered_statistics_flush() -> None:
+    """Write what the calls buffered (context-call statistics, prefix-hint hits) while the benchmark's
+    database is still there; otherwise the buffer's exit flush meets a removed one and logs a traceback."""
+    with contextlib.suppress(Exception):
+        from prefix_cache.services import context_calls_flush
+
+        context_calls_flush()
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str) -> Iterator[Path]:
+    """A throwaway var dir for an in-process benchmark, its buffered statistics flushed before removal."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as scratch:
+        try:
+            yield Path(scratch)
+        finally:
+            buffered_statistics_flush()
 
 
 # --- realistic conversation text ---------------------------------------------------------------------------

@@ -29,16 +29,18 @@ import argparse
 import os
 import platform
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench._common import scratch_dir  # noqa: E402
+
 TARGET_FACTS = 0.95
 TARGET_SAVING = 0.70
 
@@ -502,13 +504,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.messages < 100 * args.compactions // 5 or args.compactions < 1:
         parser.error("use at least 20 messages per compaction")
-    tmp = tempfile.mkdtemp(prefix="mnemo-bench-compaction-")
-    try:
-        setup_django(tmp)
+    with scratch_dir("mnemo-bench-compaction-") as tmp:
+        setup_django(str(tmp))
         log(f"generating {args.messages} messages and compacting {args.compactions} times …")
         result = run(args)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     print(table(result, args))
     met = result["mnemo"]["all"] >= TARGET_FACTS and 1 - result["after"] / result["before"] >= TARGET_SAVING
     return 0 if met else 1

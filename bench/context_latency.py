@@ -67,6 +67,7 @@ from bench._common import (  # noqa: E402
     PROFILE_NAME,
     PROFILE_POLICY,
     PROFILE_SCOPE,
+    buffered_statistics_flush,
     conversation_script,
     django_setup,
     log,
@@ -119,12 +120,7 @@ def throwaway_database(admin_url: str) -> Iterator[str]:
     try:
         yield f"{admin_url.rsplit('/', 1)[0]}/{name}"
     finally:
-        with contextlib.suppress(Exception):
-            # The statistics the calls buffered (context calls, prefix-hint hits) go in while the database
-            # is there, not at exit into a dropped one.
-            from prefix_cache.services import context_calls_flush
-
-            context_calls_flush()
+        buffered_statistics_flush()  # while the database is there, not at exit into a dropped one
         with contextlib.suppress(Exception):
             from django.db import connection
 

@@ -50,7 +50,6 @@ import random
 import re
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -74,6 +73,7 @@ from bench._common import (  # noqa: E402
     log,
     machine_header,
     render_table,
+    scratch_dir,
 )
 
 TARGET_STEADY_SHARE = 0.90
@@ -484,8 +484,8 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="mnemo-bench-prefix-") as scratch:
-        django_setup(var_dir=Path(scratch))
+    with scratch_dir("mnemo-bench-prefix-") as scratch:
+        django_setup(var_dir=scratch)
         from django.db import connections
 
         from context.services import agent_profile_create

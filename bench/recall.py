@@ -42,7 +42,6 @@ import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +60,7 @@ from bench._common import (  # noqa: E402
     machine_header,
     percentile,
     render_table,
+    scratch_dir,
 )
 
 BUDGETS = (1_000, 2_000, 4_000)
@@ -711,7 +711,7 @@ def main() -> int:
     # header states them once.
     os.environ.setdefault("MNEMO_LOG_LEVEL", "ERROR")
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="mnemo-bench-recall-") as scratch:
+    with scratch_dir("mnemo-bench-recall-") as scratch:
         if args.pg:
             from bench.context_latency import throwaway_database
 
