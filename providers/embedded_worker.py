@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TextIO
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +125,23 @@ class EmbeddedWorker:
                 self._idle.notify_all()
 
 
+def protocol_sender(protocol: TextIO) -> Callable[[dict[str, Any]], None]:
+    """How the child speaks up its stdout, one JSON line at a time from any thread. A server that has gone
+    (it exited while a task ran) hears nothing more: the child's loop ends when its stdin closes, and a
+    task's last word is not a BrokenPipeError traceback."""
+    written = threading.Lock()
+
+    def send(message: dict[str, Any]) -> None:
+        with written:
+            try:
+                protocol.write(json.dumps(message, default=str) + "\n")
+                protocol.flush()
+            except (BrokenPipeError, ValueError):  # ValueError: the file was closed after an earlier break
+                pass
+
+    return send
+
+
 def main() -> None:
     """The child: run the tasks that come down stdin, one at a time, and say when each is done."""
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
@@ -138,13 +155,7 @@ def main() -> None:
 
     from providers import background
 
-    written = threading.Lock()
-
-    def send(message: dict[str, Any]) -> None:
-        with written:
-            protocol.write(json.dumps(message, default=str) + "\n")
-            protocol.flush()
-
+    send = protocol_sender(protocol)
     background.server_notify_via(send)
     app.loader.import_default_modules()
     for line in sys.stdin:

@@ -20,6 +20,7 @@ from conversations import events
 from conversations.events import conversation_group
 from providers import background
 from providers.background import background_join, server_handler, task_send
+from providers.embedded_worker import protocol_sender
 from tests.providers.worker.tasks import clear_mark, echo, publish
 
 
@@ -205,3 +206,15 @@ def test_a_worker_that_cannot_start_is_logged_not_raised(worker, monkeypatch, ca
     assert task_send(echo, "lost") is False
     assert "could not start the embedded worker" in caplog.text
     assert worker == []
+
+
+def test_the_child_says_nothing_more_once_the_server_has_gone():
+    read, write = os.pipe()
+    protocol = os.fdopen(write, "w", buffering=1)
+    send = protocol_sender(protocol)
+    send({"started": 1})
+    assert json.loads(os.read(read, 100)) == {"started": 1}
+    os.close(read)  # the server exited while a task ran
+
+    send({"done": 1})  # a broken pipe: no error reaches the task
+    send({"kind": "warm", "payload": "x"})  # nor afterwards
