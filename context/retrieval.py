@@ -14,12 +14,19 @@ from conversations.embedding import message_vectors_request
 from conversations.models import Message
 from knowledge.retrieval import knowledge_candidates
 from memory.archival import archival_search
-from memory.history_index import ConversationIndex, IndexedMessage, PassageHit, conversation_index, search
+from memory.history_index import (
+    ConversationIndex,
+    IndexedMessage,
+    PassageHit,
+    conversation_index,
+    lexical_share,
+    search,
+)
 from memory.recall import recall_other_conversations
 from memory.selectors import archival_exists
 from prefix_cache.accounting import count_cached
 from prefix_cache.rendering import Item
-from providers.embeddings import embed_query
+from providers.embeddings import embed_query, from_bytes
 
 # Hits of this conversation considered per question (the budget takes what fits, best first): one per
 # CANDIDATE_TOKENS of the room B5 may take, between MIN_CANDIDATES and MESSAGE_CANDIDATES. A large budget,
@@ -231,8 +238,9 @@ def _first_passage(index: ConversationIndex, message: IndexedMessage) -> Passage
     )
 
 
-def _this_conversation(state: ContextState, query: str, *, limit: int) -> list[Item]:
-    index = conversation_index(state.conversation.pk)
+def _this_conversation(
+    state: ContextState, index: ConversationIndex, query: str, *, limit: int
+) -> list[Item]:
     if index.missing_vectors:
         # Vectors still missing (a server restarted mid-backlog, or appends while vectors were off): have
         # them computed; while a run is queued this costs one cache operation.
@@ -300,30 +308,63 @@ def spread_over_sessions(items: list[Item]) -> list[Item]:
     return spread
 
 
-def _archival(state: ContextState, query: str, expansion: str) -> list[Item]:
+def _archival(state: ContextState, index: ConversationIndex, query: str, expansion: str) -> list[Item]:
+    """The end user's archival memories the question finds, each scored on the history's scale (relevance:
+    the larger of its cosine similarity with what the question is about and its lexical share in this
+    conversation), so that the placing can rank it among the message hits (by_relevance)."""
     conversation = state.conversation
     if conversation.end_user_id is None or not archival_exists(end_user_id=conversation.end_user_id):
         return []
     assert conversation.end_user is not None  # end_user_id was checked above
+    focus = focused(query)
     outcome = archival_search(
-        end_user=conversation.end_user, query=query, limit=ARCHIVAL_CANDIDATES, expansion=expansion
+        end_user=conversation.end_user, query=focus, limit=ARCHIVAL_CANDIDATES, expansion=expansion
     )
     for degradation in outcome.degradations:
         state.degrade("retrieve", degradation["code"], degradation["message"])
+    query_vector = _query_vector(state, focus) if outcome.mode == "hybrid" else None
     items = []
     for hit in outcome.hits:
         memory = hit.memory
         text = f"[memory, {memory.kind}] {memory.content}"
+        similarity = _similarity(memory.embedding, query_vector)
+        lexical = lexical_share(index, focus, memory.content)
         source = {
             "kind": "archival",
             "id": str(memory.id),
-            "score": hit.score,
+            "score": max(similarity, lexical),
+            "rank_score": hit.score,
+            "lexical": lexical,
+            "similarity": similarity,
             "source_message_ids": [str(i) for i in memory.source_message_ids or []],
         }
         items.append(
             Item(text=text, tokens=count_cached(text, model=state.model), source=source, score=hit.score)
         )
     return items
+
+
+def _similarity(embedding: bytes | None, query_vector: Any) -> float:
+    if embedding is None or query_vector is None:
+        return 0.0
+    vector = from_bytes(embedding)
+    return round(float(vector @ query_vector), 4) if len(vector) == len(query_vector) else 0.0
+
+
+def by_relevance(messages: list[Item], memories: list[Item]) -> list[Item]:
+    """The memories placed among this conversation's hits on one scale: each, most relevant first, right
+    before the first hit (not an exchange partner) that is less relevant than it. Interleaved by rank
+    instead, the eight best memories took the first places whatever they matched: on BEAM-128K (all 20,
+    in-process on a copy of one load) ER 0.739 -> 0.745 at 2,000 tokens (information extraction +0.017,
+    preference following +0.026), 0.887 -> 0.886 at 8,000."""
+    pending = sorted(memories, key=lambda m: -float(m.source["score"]))
+    placed: list[Item] = []
+    for item in messages:
+        if "neighbour_of" not in item.source:
+            while pending and float(pending[0].source["score"]) > float(item.source["score"]):
+                placed.append(pending.pop(0))
+        placed.append(item)
+    return placed + pending
 
 
 def _other_conversations(state: ContextState, query: str, expansion: str) -> list[Item]:
@@ -379,9 +420,9 @@ def candidate_count(room: int, *, said: bool = False) -> int:
 
 
 def load_retrieval(state: ContextState, *, room: int) -> None:
-    """The retrieve stage: every candidate for B5, best first, in state.candidates. Memories and other
-    conversations' hits are ranked by their own RRF scores; they interleave with this conversation's by
-    rank, since the scales differ."""
+    """The retrieve stage: every candidate for B5, best first, in state.candidates. Memories are placed
+    among this conversation's hits by relevance (by_relevance); other conversations' hits and knowledge are
+    ranked by their own RRF scores and interleave with those by rank, since the scales differ."""
     rewrite = state.rewrite
     if rewrite is None:
         return
@@ -389,13 +430,13 @@ def load_retrieval(state: ContextState, *, room: int) -> None:
     # A rules rewrite appends terms of the recent history: they weigh less than the user's own words.
     expansion = " ".join(rewrite.terms) if rewrite.method == "rules" else ""
     query = rewrite.query if rewrite.method != "rules" else state.layout.user_message
+    index = conversation_index(state.conversation.pk)
     messages, memories = stand_ins(
-        _this_conversation(state, query, limit=candidate_count(room, said=said_by_user(query))),
-        _archival(state, query, expansion),
+        _this_conversation(state, index, query, limit=candidate_count(room, said=said_by_user(query))),
+        _archival(state, index, query, expansion),
     )
     sources = [
-        messages,
-        memories,
+        by_relevance(messages, memories),
         _other_conversations(state, query, expansion),
         _knowledge(state, query),
     ]

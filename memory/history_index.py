@@ -212,6 +212,12 @@ def search(
     ]
 
 
+def lexical_share(index: ConversationIndex, query: str, text: str) -> float:
+    """The lexical score a passage holding `text` would get for `query` in this conversation (PassageHit's
+    `lexical`): for a hit from elsewhere (an archival memory) on the same scale as the history's."""
+    return round(index.postings.share(terms(query), Counter(terms(text))), 4)
+
+
 # --- the per-process cache --------------------------------------------------------------------------------
 
 _indexes: "OrderedDict[str, ConversationIndex]" = OrderedDict()

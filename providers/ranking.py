@@ -66,6 +66,27 @@ class Postings:
             ceiling += idf * (K1 + 1)
         return scores / ceiling if ceiling else scores
 
+    def share(self, query_terms: Iterable[str], counts: Mapping[str, int]) -> float:
+        """What bm25() would give a document outside the table (its term counts), with the table's IDF
+        and average length: a memory or a note scored on the same scale as the table's own items. A query
+        term only the document holds counts as a term no item holds (the rarest)."""
+        count = len(self.lengths)
+        if not count:
+            return 0.0
+        mean = max(float(np.frombuffer(self.lengths, dtype=np.int32).mean()), 1.0)
+        norm = K1 * (1 - B + B * sum(counts.values()) / mean)
+        score = ceiling = 0.0
+        for term in set(query_terms):
+            posting = self.terms.get(term)
+            tf = counts.get(term, 0)
+            if posting is None and not tf:
+                continue  # as in bm25(): a term nothing holds is not part of what the query could score
+            held = len(posting[0]) if posting is not None else 0
+            idf = math.log(1 + (count - held + 0.5) / (held + 0.5))
+            score += idf * tf * (K1 + 1) / (tf + norm)
+            ceiling += idf * (K1 + 1)
+        return score / ceiling if ceiling else 0.0
+
 
 def _term_part(idf: float, frequencies: np.ndarray, norm: np.ndarray) -> np.ndarray:
     """idf * tf * (k1 + 1) / (tf + norm) in float32, the same operations in the same order as that

@@ -11,12 +11,14 @@ from context.retrieval import (
     MESSAGE_CANDIDATES,
     SAID_PRIOR,
     USER_PRIOR,
+    by_relevance,
     excerpt_span,
     focused,
     user_prior,
 )
 from conversations.embedding import message_vectors_fill
 from memory import history_index
+from prefix_cache.rendering import Item
 from providers import embeddings
 from tests.context.helpers import append, context
 
@@ -155,6 +157,34 @@ def test_the_background_embedding_run_leaves_the_index_ready(owner, conversation
 )
 def test_the_search_leaves_out_how_a_question_is_framed(question, searched):
     assert focused(question) == searched
+
+
+def test_memories_are_placed_among_the_hits_by_relevance():
+    def hit(id_: str, relevance: float, **source) -> Item:  # relevance is source["score"]
+        return Item(text=id_, tokens=1, source={"id": id_, "score": relevance, **source}, score=0.01)
+
+    hits = [hit("m1", 0.8), hit("m2", 0.0, neighbour_of=1), hit("m3", 0.3)]
+    memories = [hit("a1", 0.1), hit("a2", 0.5), hit("a3", 0.9)]
+
+    placed = [i.source["id"] for i in by_relevance(hits, memories)]
+
+    # An exchange partner (scored 0 by itself) does not push a memory behind it.
+    assert placed == ["a3", "m1", "m2", "a2", "m3", "a1"]
+
+
+def test_a_memory_carries_its_relevance_on_the_scale_of_the_message_hits(owner, conversation, lexical_only):
+    from memory.archival import archival_insert
+
+    archival_insert(end_user=conversation.end_user, content="The ledger's staging DB runs PostgreSQL 16.")
+    chatter(conversation, 30)
+
+    body = context(owner, conversation, user_message="Which PostgreSQL does the ledger staging DB run?")
+
+    [memory] = [i for i in body["blocks"]["B5"]["items"] if i["kind"] == "archival"]
+    assert 0 < memory["score"] <= 1
+    assert memory["score"] == max(memory["lexical"], memory["similarity"])
+    assert memory["similarity"] == 0.0  # lexical only
+    assert 0 < memory["rank_score"] < memory["score"]  # the fused rank orders the memories' own ranking
 
 
 PORT_FACT = "The ledger staging database now listens on port 23456."

@@ -58,6 +58,25 @@ def test_bm25_without_items_or_known_terms_is_all_zero():
     assert not _table("alpha beta").bm25([]).any()
 
 
+def test_a_document_outside_the_table_scores_as_the_same_document_inside_it():
+    table = _table("deploy failed", "deploy passed after retry", "lunch menu")
+    query = ["deploy", "failed", "retry"]
+    inside = table.bm25(query)
+    for position, text in enumerate(["deploy failed", "deploy passed after retry", "lunch menu"]):
+        assert table.share(query, Counter(text.split())) == pytest.approx(float(inside[position]), rel=1e-5)
+
+
+def test_a_query_term_only_the_outside_document_holds_counts_as_the_rarest():
+    table = _table("deploy failed", "lunch menu")
+    with_it = table.share(["deploy", "kestrel"], Counter(["kestrel"]))
+    assert 0 < with_it < 1
+    # Held by nothing, on neither side: it is not part of what the query could score.
+    assert table.share(["deploy", "kestrel"], Counter(["deploy", "failed"])) == pytest.approx(
+        float(table.bm25(["deploy"])[0]), rel=1e-5
+    )
+    assert Postings().share(["deploy"], Counter(["deploy"])) == 0.0
+
+
 def test_items_added_after_a_query_are_scored_as_in_a_table_built_with_them():
     grown = _table("alpha beta", "beta gamma gamma")
     grown.bm25(["beta"])  # builds the length cache
