@@ -249,6 +249,18 @@ class TaskStateApi(APIView):
         return Response(_state_data(state.state_overlay(conversation=conversation)))
 
 
+class MemoryAgentProgressApi(APIView):
+    @extend_schema(
+        responses={200: out.MemoryAgentProgressOutputSerializer, **error_responses()},
+        description="How far the memory agent (which runs in the background after each completed exchange) "
+        "has read the conversation. A client that imported history waits until `pending` is false, as it "
+        "waits for `retrieval_index` on the conversation.",
+    )
+    def get(self, request: Any, conversation_id: str) -> Response:
+        conversation = access_conversation(tenant=request.auth.tenant, conversation_id=conversation_id)
+        return Response(selectors.memory_agent_progress(conversation=conversation))
+
+
 class StateEventCreateApi(APIView):
     class StateEventInputSerializer(StrictSerializer):
         expected_epoch = serializers.IntegerField(min_value=0, max_value=INT32_MAX)

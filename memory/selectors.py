@@ -8,7 +8,13 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.db.models.functions import Coalesce
 
 from conversations.models import Conversation, Message
-from memory.models import STANDARD_LABELS, CoreMemoryBlock, CoreMemoryBlockVersion, MemoryOperation
+from memory.models import (
+    STANDARD_LABELS,
+    CoreMemoryBlock,
+    CoreMemoryBlockVersion,
+    MemoryAgentCursor,
+    MemoryOperation,
+)
 from tenants.models import EndUser
 
 
@@ -77,6 +83,24 @@ def archival_exists(*, end_user_id: int) -> bool:
     from memory.models import ArchivalMemory
 
     return ArchivalMemory.objects.filter(end_user_id=end_user_id, invalidated_at__isnull=True).exists()
+
+
+def memory_agent_progress(*, conversation: Conversation) -> dict[str, Any]:
+    """How far the memory agent has read the conversation, for a client that imported history and waits
+    for its memories (GET /api/v1/conversations/{id}/memory-agent): `read_to_seq`, and `pending` while a
+    completed exchange after it is unread. A conversation without an end user has no memory agent."""
+    if conversation.end_user_id is None:
+        return {"enabled": False, "read_to_seq": 0, "pending": False}
+    cursor = MemoryAgentCursor.objects.filter(conversation=conversation).values_list("last_seq", flat=True)
+    read_to = next(iter(cursor), 0)
+    pending = Message.objects.filter(
+        conversation=conversation,
+        kind=Message.Kind.MESSAGE,
+        role=Message.Role.ASSISTANT,
+        completed=True,
+        seq__gt=read_to,
+    ).exists()
+    return {"enabled": True, "read_to_seq": read_to, "pending": pending}
 
 
 def memory_agent_due(*, since: datetime, limit: int) -> list[uuid.UUID]:

@@ -184,3 +184,11 @@ class EndUserExportOutputSerializer(serializers.Serializer):
     archival_memories = ArchivalMemoryOutputSerializer(many=True)
     memory_operations = MemoryOperationOutputSerializer(many=True)
     conversations = ConversationExportSerializer(many=True)
+
+
+class MemoryAgentProgressOutputSerializer(serializers.Serializer):
+    enabled = serializers.BooleanField(
+        help_text="False for a conversation without an end user: no memory agent."
+    )
+    read_to_seq = serializers.IntegerField(help_text="The memory agent has read the messages up to this seq.")
+    pending = serializers.BooleanField(help_text="A completed exchange after read_to_seq is still unread.")

@@ -31,6 +31,11 @@ urlpatterns = [
     ),
     path("conversations/<str:conversation_id>/state", apis.TaskStateApi.as_view(), name="task-state"),
     path(
+        "conversations/<str:conversation_id>/memory-agent",
+        apis.MemoryAgentProgressApi.as_view(),
+        name="memory-agent-progress",
+    ),
+    path(
         "conversations/<str:conversation_id>/state/events",
         apis.StateEventCreateApi.as_view(),
         name="task-state-events",
