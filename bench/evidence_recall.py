@@ -12,7 +12,8 @@ Method:
    (POST /api/v1/conversations/{id}/messages {"messages": [{role, content, created_at}, ...]}), with
    created_at from the data. A message over MNEMO_MAX_MESSAGE_BYTES is sent truncated to the limit and the
    header says so (BEAM has one: a broken reply of 349K characters, mostly whitespace). Then wait until
-   GET /api/v1/conversations/{id} reports retrieval_index.embedded == messages (--index-timeout).
+   GET /api/v1/conversations/{id} reports retrieval_index.embedded == messages, and until
+   GET /api/v1/conversations/{id}/memory-agent reports nothing pending (--index-timeout, for both).
 2. Ask. Every question of the conversation, in dataset order, as if after the last message:
    POST .../context {"user_message": <question>, "token_budget": B, "format": "openai"}. Recorded per call:
    client wall time, tokens.total, timings, degradation codes, dropped blocks, B5's tokens and item scores.
@@ -48,7 +49,7 @@ free port; stopped at the end, also on error or Ctrl-C.
                                      Celery worker too; without, tasks run eagerly in the server)
   --url URL --api-key KEY            an already running server: nothing started or stopped
 Data not kept is removed at the end: the temporary var dir, or the conversations this run created.
-  --index-timeout S                  seconds to wait for the retrieval index (default 1800)
+  --index-timeout S                  seconds to wait for the retrieval index and the memory agent (1800)
   --json PATH                        per-question results (evidence seqs and which were present, ER,
                                      tokens, B5 tokens, latency, degradations)
 """
@@ -511,7 +512,8 @@ def index_state(api: Api, ids: list[str]) -> list[dict[str, int] | None]:
 
 
 def wait_index(api: Api, ids: list[str], timeout: float) -> tuple[float, str]:
-    """Poll until every conversation's retrieval index has embedded all its messages."""
+    """Poll until every conversation's retrieval index has embedded all its messages, then until the memory
+    agent has read them (wait_memory_agent)."""
     started, logged = time.monotonic(), 0.0
     while True:
         states, waited = index_state(api, ids), time.monotonic() - started
@@ -524,12 +526,48 @@ def wait_index(api: Api, ids: list[str], timeout: float) -> tuple[float, str]:
         total = sum(s["messages"] for s in states)  # type: ignore[index]
         model = ", ".join(sorted(str(m) for m in models))
         if done >= total:
-            return waited, f"retrieval index ({model}) complete: {total:,} messages, after {waited:.0f}s"
+            note = f"retrieval index ({model}) complete: {total:,} messages, after {waited:.0f}s"
+            return wait_memory_agent(api, ids, started, timeout, note)
         if waited > timeout:
             note = f"retrieval index ({model}) incomplete after {timeout:.0f}s: {done:,}/{total:,}"
             return waited, f"WARNING: {note}; asked anyway"
         if waited - logged >= 10:
             log(f"  retrieval index: {done:,}/{total:,} messages embedded ({waited:.0f}s)")
+            logged = waited
+        time.sleep(2)
+
+
+def memory_agent_pending(api: Api, ids: list[str]) -> int | None:
+    """Conversations whose memory agent has a completed exchange still to read; None when the server has
+    no GET /conversations/{id}/memory-agent."""
+    pending = 0
+    for conversation_id in ids:
+        try:
+            progress, _ = api.call("GET", f"/conversations/{conversation_id}/memory-agent")
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        pending += bool(progress.get("pending"))
+    return pending
+
+
+def wait_memory_agent(
+    api: Api, ids: list[str], started: float, timeout: float, note: str
+) -> tuple[float, str]:
+    """Then until the memory agent has read every conversation: its memories are retrieval candidates too,
+    and its work would otherwise still run beside the questions."""
+    logged = time.monotonic() - started
+    while True:
+        pending, waited = memory_agent_pending(api, ids), time.monotonic() - started
+        if pending is None:
+            return waited, f"{note}; the server does not report the memory agent's progress"
+        if not pending:
+            return waited, f"{note}; memory agent caught up after {waited:.0f}s"
+        if waited > timeout:
+            return waited, f"WARNING: {note}; memory agent behind on {pending} conversations; asked anyway"
+        if waited - logged >= 10:
+            log(f"  memory agent: {pending} of {len(ids)} conversations still to read ({waited:.0f}s)")
             logged = waited
         time.sleep(2)
 
