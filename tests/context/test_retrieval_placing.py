@@ -10,11 +10,13 @@ from context.retrieval import (
     EXCERPT_MIN_WORDS,
     MESSAGE_CANDIDATES,
     SAID_PRIOR,
+    SUMMARY_QUESTION,
     USER_PRIOR,
     by_relevance,
     excerpt_span,
     focused,
     user_prior,
+    with_partners,
 )
 from conversations.embedding import message_vectors_fill
 from memory import history_index
@@ -170,6 +172,43 @@ def test_memories_are_placed_among_the_hits_by_relevance():
 
     # An exchange partner (scored 0 by itself) does not push a memory behind it.
     assert placed == ["a3", "m1", "m2", "a2", "m3", "a1"]
+
+
+def test_partners_follow_all_the_hits_except_for_a_summary_where_each_follows_its_own():
+    def hit(id_: str, **source) -> Item:
+        return Item(text=id_, tokens=1, source={"id": id_, **source}, score=0.01)
+
+    hits = [hit("u1"), hit("a2"), hit("u3")]
+    partners = {"u1": hit("a1", neighbour_of=1), "u3": hit("a3", neighbour_of=3)}
+
+    assert [i.source["id"] for i in with_partners(hits, partners, inline=False)] == [
+        "u1",
+        "a2",
+        "u3",
+        "a1",
+        "a3",
+    ]
+    assert [i.source["id"] for i in with_partners(hits, partners, inline=True)] == [
+        "u1",
+        "a1",
+        "a2",
+        "u3",
+        "a3",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("question", "summary"),
+    [
+        ("Can you summarize how my budget tracker progressed?", True),
+        ("Give me an overview of the deployment work.", True),
+        ("A quick recap of what we decided, please.", True),
+        ("In what order did I bring up the features?", False),
+        ("Which port does the staging database use?", False),
+    ],
+)
+def test_a_request_for_a_summary_is_told_from_other_broad_questions(question, summary):
+    assert bool(SUMMARY_QUESTION.search(question)) is summary
 
 
 def test_a_memory_carries_its_relevance_on_the_scale_of_the_message_hits(owner, conversation, lexical_only):
