@@ -19,14 +19,14 @@ from memory.history_index import (
     IndexedMessage,
     PassageHit,
     conversation_index,
-    lexical_share,
+    lexical_shares,
     search,
 )
 from memory.recall import recall_other_conversations
 from memory.selectors import archival_exists
 from prefix_cache.accounting import count_cached
 from prefix_cache.rendering import Item
-from providers.embeddings import embed_query, from_bytes
+from providers.embeddings import embed_query
 
 # Hits of this conversation considered per question (the budget takes what fits, best first): one per
 # CANDIDATE_TOKENS of the room B5 may take, between MIN_CANDIDATES and MESSAGE_CANDIDATES. A large budget,
@@ -296,7 +296,13 @@ def with_partners(items: list[Item], partners: dict[str, Item], *, inline: bool)
     `inline`, else all after the hits."""
     if not inline:
         return items + list(partners.values())
-    return [x for item in items for x in (item, *filter(None, [partners.get(str(item.source["id"]))]))]
+    placed = []
+    for item in items:
+        placed.append(item)
+        partner = partners.get(str(item.source["id"]))
+        if partner is not None:
+            placed.append(partner)
+    return placed
 
 
 def _session_key(item: Item, sessions_by_day: bool, bucket: int) -> str:
@@ -337,33 +343,24 @@ def _archival(state: ContextState, index: ConversationIndex, query: str, expansi
     )
     for degradation in outcome.degradations:
         state.degrade("retrieve", degradation["code"], degradation["message"])
-    query_vector = _query_vector(state, focus) if outcome.mode == "hybrid" else None
+    lexical = lexical_shares(index, focus, [hit.memory.content for hit in outcome.hits])
     items = []
-    for hit in outcome.hits:
+    for hit, lexical_share in zip(outcome.hits, lexical, strict=True):
         memory = hit.memory
         text = f"[memory, {memory.kind}] {memory.content}"
-        similarity = _similarity(memory.embedding, query_vector)
-        lexical = lexical_share(index, focus, memory.content)
         source = {
             "kind": "archival",
             "id": str(memory.id),
-            "score": max(similarity, lexical),
+            "score": max(hit.similarity, lexical_share),
             "rank_score": hit.score,
-            "lexical": lexical,
-            "similarity": similarity,
+            "lexical": lexical_share,
+            "similarity": hit.similarity,
             "source_message_ids": [str(i) for i in memory.source_message_ids or []],
         }
         items.append(
             Item(text=text, tokens=count_cached(text, model=state.model), source=source, score=hit.score)
         )
     return items
-
-
-def _similarity(embedding: bytes | None, query_vector: Any) -> float:
-    if embedding is None or query_vector is None:
-        return 0.0
-    vector = from_bytes(embedding)
-    return round(float(vector @ query_vector), 4) if len(vector) == len(query_vector) else 0.0
 
 
 def by_relevance(messages: list[Item], memories: list[Item]) -> list[Item]:

@@ -314,6 +314,7 @@ class SearchHit:
     score: float
     lexical_rank: int | None
     vector_rank: int | None
+    similarity: float = 0.0  # cosine with the query (0: no vector)
 
 
 @dataclass
@@ -334,6 +335,7 @@ def archival_search(
         return SearchOutcome([], "lexical")
     lexical = _lexical_ranking(end_user, query, candidates, expansion)
     vector_ranking: list[Any] = []
+    similarity: dict[Any, float] = {}
     degradations = []
     vector, model = embed_query(query)
     vectors = None if vector is None else vector[None, :]
@@ -351,6 +353,7 @@ def archival_search(
             sims = matrix @ vectors[0]
             order = np.argsort(-sims, kind="stable")[:candidates]
             vector_ranking = [rows[j][0] for j in order]
+            similarity = dict(zip((row[0] for row in rows), sims.tolist(), strict=True))
     if not lexical and not vector_ranking:
         return SearchOutcome([], "hybrid" if vectors is not None else "lexical", degradations)
     fused = rrf(lexical, vector_ranking)
@@ -361,7 +364,13 @@ def archival_search(
     best = sorted(fused, key=lambda key: (-fused[key], tie[key]))[:limit]
     memories = _live(end_user).in_bulk(best)
     hits = [
-        SearchHit(memories[key], round(fused[key], 6), lexical_pos.get(key), vector_pos.get(key))
+        SearchHit(
+            memories[key],
+            round(fused[key], 6),
+            lexical_pos.get(key),
+            vector_pos.get(key),
+            round(similarity.get(key, 0.0), 4),
+        )
         for key in best
         if key in memories
     ]

@@ -212,10 +212,11 @@ def search(
     ]
 
 
-def lexical_share(index: ConversationIndex, query: str, text: str) -> float:
-    """The lexical score a passage holding `text` would get for `query` in this conversation (PassageHit's
-    `lexical`): for a hit from elsewhere (an archival memory) on the same scale as the history's."""
-    return round(index.postings.share(terms(query), Counter(terms(text))), 4)
+def lexical_shares(index: ConversationIndex, query: str, texts: list[str]) -> list[float]:
+    """The lexical score a passage holding each text would get for `query` in this conversation (PassageHit's
+    `lexical`): hits from elsewhere (archival memories) on the same scale as the history's."""
+    query_terms = terms(query)
+    return [round(index.postings.share(query_terms, Counter(terms(text))), 4) for text in texts]
 
 
 # --- the per-process cache --------------------------------------------------------------------------------

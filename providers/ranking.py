@@ -24,6 +24,7 @@ class Postings:
         self.terms: dict[str, tuple[array, array]] = {}  # term -> (positions, term frequencies)
         self.lengths = array("i")
         self._norm: np.ndarray | None = None
+        self._mean: tuple[int, float] | None = None  # (items it was computed over, mean length)
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -43,8 +44,15 @@ class Postings:
         """BM25's per-item length term, computed again only when items were added."""
         if self._norm is None or len(self._norm) != len(self.lengths):
             lengths = np.frombuffer(self.lengths, dtype=np.int32).astype(np.float32)
-            self._norm = K1 * (1 - B + B * lengths / max(float(lengths.mean()), 1.0))
+            self._norm = K1 * (1 - B + B * lengths / self._mean_length())
         return self._norm
+
+    def _mean_length(self) -> float:
+        """The items' mean length in terms (at least 1), computed again only when items were added."""
+        if self._mean is None or self._mean[0] != len(self.lengths):
+            mean = float(np.frombuffer(self.lengths, dtype=np.int32).astype(np.float32).mean())
+            self._mean = (len(self.lengths), max(mean, 1.0))
+        return self._mean[1]
 
     def bm25(self, query_terms: Iterable[str]) -> np.ndarray:
         """BM25 of every item, as a share of the most the query's terms could score (each term's IDF times
@@ -73,8 +81,7 @@ class Postings:
         count = len(self.lengths)
         if not count:
             return 0.0
-        mean = max(float(np.frombuffer(self.lengths, dtype=np.int32).mean()), 1.0)
-        norm = K1 * (1 - B + B * sum(counts.values()) / mean)
+        norm = K1 * (1 - B + B * sum(counts.values()) / self._mean_length())
         score = ceiling = 0.0
         for term in set(query_terms):
             posting = self.terms.get(term)

@@ -378,3 +378,23 @@ def test_the_embedding_is_computed_before_the_row_lock_and_its_transaction(owner
     outcome = archival_insert(end_user=end_user, content="The ledger DB listens on port 5433.")
     assert outcome.action == "inserted"
     assert seen == {"embed": depth_outside, "create": depth_outside + 1}
+
+
+def test_a_search_hit_carries_the_cosine_of_the_memory_with_the_query(owner, local_embeddings):
+    import numpy as np
+
+    from memory.archival import archival_search
+    from providers.embeddings import embed_query, from_bytes
+
+    end_user = end_user_get_or_create(tenant=owner.tenant, external_id="alice")
+    archival_insert(end_user=end_user, content="Alice's staging cluster is called kestrel.")
+    archival_insert(end_user=end_user, content="Alice likes short answers.")
+
+    outcome = archival_search(end_user=end_user, query="What is the staging cluster called?")
+
+    query_vector, _ = embed_query("What is the staging cluster called?")
+    for hit in outcome.hits:
+        expected = float(np.dot(from_bytes(hit.memory.embedding), query_vector))
+        assert hit.similarity == pytest.approx(expected, abs=1e-4)
+    assert outcome.hits[0].memory.content.endswith("kestrel.")
+    assert outcome.hits[0].similarity > outcome.hits[1].similarity
