@@ -85,6 +85,12 @@ def archival_exists(*, end_user_id: int) -> bool:
     return ArchivalMemory.objects.filter(end_user_id=end_user_id, invalidated_at__isnull=True).exists()
 
 
+def _completed_replies() -> QuerySet[Message]:
+    """What the memory agent reads a conversation up to: an exchange is complete with its assistant reply
+    (compaction records do not count)."""
+    return Message.objects.filter(kind=Message.Kind.MESSAGE, role=Message.Role.ASSISTANT, completed=True)
+
+
 def memory_agent_progress(*, conversation: Conversation) -> dict[str, Any]:
     """How far the memory agent has read the conversation, for a client that imported history and waits
     for its memories (GET /api/v1/conversations/{id}/memory-agent): `read_to_seq`, and `pending` while a
@@ -93,13 +99,7 @@ def memory_agent_progress(*, conversation: Conversation) -> dict[str, Any]:
         return {"enabled": False, "read_to_seq": 0, "pending": False}
     cursor = MemoryAgentCursor.objects.filter(conversation=conversation).values_list("last_seq", flat=True)
     read_to = next(iter(cursor), 0)
-    pending = Message.objects.filter(
-        conversation=conversation,
-        kind=Message.Kind.MESSAGE,
-        role=Message.Role.ASSISTANT,
-        completed=True,
-        seq__gt=read_to,
-    ).exists()
+    pending = _completed_replies().filter(conversation=conversation, seq__gt=read_to).exists()
     return {"enabled": True, "read_to_seq": read_to, "pending": pending}
 
 
@@ -107,12 +107,8 @@ def memory_agent_due(*, since: datetime, limit: int) -> list[uuid.UUID]:
     """End users' conversations updated since `since` with a completed exchange the memory agent has not
     read (a run that was lost: the queue of a stopped server, a broker that was down), newest first, at most
     `limit`. An exchange is complete with its assistant reply; compaction records do not count."""
-    unread = Message.objects.filter(
-        conversation=OuterRef("pk"),
-        kind=Message.Kind.MESSAGE,
-        role=Message.Role.ASSISTANT,
-        completed=True,
-        seq__gt=Coalesce(OuterRef("memory_agent_cursor__last_seq"), 0),
+    unread = _completed_replies().filter(
+        conversation=OuterRef("pk"), seq__gt=Coalesce(OuterRef("memory_agent_cursor__last_seq"), 0)
     )
     return list(
         Conversation.objects.filter(end_user__isnull=False, updated_at__gte=since)

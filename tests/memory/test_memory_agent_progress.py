@@ -37,3 +37,16 @@ def test_an_outsider_gets_404_for_another_tenants_conversation(outsider, convers
     status, body = progress(outsider, conversation)
     assert status == 404
     assert body["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize("conversation_id", ["not-a-uuid", "00000000-0000-0000-0000-000000000000", "%00"])
+def test_a_malformed_or_unknown_conversation_id_is_a_404_in_the_error_shape(owner, conversation_id):
+    response = owner.client.get(f"/api/v1/conversations/{conversation_id}/memory-agent")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+
+
+def test_only_get_is_allowed(owner, conversation):
+    response = owner.client.post(f"/api/v1/conversations/{conversation.id}/memory-agent", {}, format="json")
+    assert response.status_code == 405
+    assert response.json()["error"]["code"] == "method_not_allowed"
