@@ -22,15 +22,22 @@ REPO = Path(__file__).resolve().parents[2]
 SPARE_PORT = int(os.environ.get("MNEMO_FAULTS_REDIS_PORT", "6391"))
 
 
-def wait_for(condition: Callable[[], object], *, timeout: float, what: str) -> object:
-    """Poll until condition() is truthy; fail after `timeout` seconds (a bound, not a timed assertion)."""
+def wait_for(
+    condition: Callable[[], object],
+    *,
+    timeout: float,
+    what: str,
+    detail: Callable[[], str] | None = None,
+) -> object:
+    """Poll until condition() is truthy; fail after `timeout` seconds (a bound, not a timed assertion), with
+    detail() (say, a worker's log) in the message."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout:.0f} s")
+            pytest.fail(f"{what}: not within {timeout:.0f} s" + (f"\n{detail()}" if detail else ""))
         time.sleep(0.1)
 
 

@@ -49,7 +49,14 @@ def test_a_compaction_killed_mid_run_is_redelivered_recorded_and_done(owner, wor
         state = CompactionState.objects.get(pk=conversation.pk)
         return state.compactions == 1 and state.running_since is None  # written, and the run has ended
 
-    wait_for(lambda: compacted() or not second.alive(), timeout=30, what="the redelivered compaction")
+    def logs() -> str:
+        state = CompactionState.objects.filter(pk=conversation.pk).values().first()
+        workers_logs = f"first worker:\n{first.output()[-3000:]}\nsecond worker:\n{second.output()[-6000:]}"
+        return f"state: {state}\n{workers_logs}"
+
+    wait_for(
+        lambda: compacted() or not second.alive(), timeout=30, what="the redelivered compaction", detail=logs
+    )
     assert compacted(), second.output()[-3000:]
 
     state = CompactionState.objects.get(pk=conversation.pk)
