@@ -70,6 +70,9 @@ MIN_CUT_TOKENS = 48
 # tokens or of the history's share of the requested budget, whichever is more: below it, the window cut
 # (prompt only) and retrieval over the whole history serve small budgets better than ever smaller summaries.
 MIN_COMPACTION_HISTORY_TOKENS = 4000
+# The summaries' budget a request remembers for compaction (B4's share of its room) is at least this: two
+# segments of the summariser's least (64 tokens) fit it.
+MIN_SUMMARY_BUDGET = 128
 
 
 # --- set-up -----------------------------------------------------------------------------------------------
@@ -367,10 +370,13 @@ def stage_budget(state: ContextState) -> None:
     and B3 give way further. No compaction runs here: one is queued when the history outgrows its share, and
     this request uses what exists. Every drop is listed."""
     layout = state.layout
-    _cap_summaries(state, int(_room(state) * SUMMARY_SHARE))
+    summary_share = int(_room(state) * SUMMARY_SHARE)
+    _cap_summaries(state, summary_share)
     history_tokens = _fit_history(state)
     sources.compaction_schedule(
-        state, history_budget=max(MIN_COMPACTION_HISTORY_TOKENS, state.history_allowance)
+        state,
+        history_budget=max(MIN_COMPACTION_HISTORY_TOKENS, state.history_allowance),
+        summary_budget=max(MIN_SUMMARY_BUDGET, summary_share),
     )
     totals = _fill_retrieval(state, history_tokens)
     while totals["total"] > state.budget and layout.b4:

@@ -139,12 +139,12 @@ def rewrite_query(state: ContextState) -> None:
         state.degrade("rewrite", degradation["code"], degradation["message"])
 
 
-def compaction_schedule(state: ContextState, *, history_budget: int) -> None:
+def compaction_schedule(state: ContextState, *, history_budget: int, summary_budget: int) -> None:
     """Called by the budget stage: when the history since the last boundary passes the background share of
     `history_budget` (sized from this request's budget), a background compaction is queued (duplicates
-    collapse) with that budget. The request itself never compacts: it uses the summaries that exist and
-    cuts the window (prompt only) meanwhile. A request that records nothing (the inspector's dry run) queues
-    nothing.
+    collapse) with that budget, and `summary_budget` (B4's share) for its roll-ups. The request itself
+    never compacts: it uses the summaries that exist and cuts the window (prompt only) meanwhile. A request
+    that records nothing (the inspector's dry run) queues nothing.
 
     Core-memory edits are folded into B2a at a boundary by a receiver of summaries.signals.boundary_moved
     (context/apps.py)."""
@@ -170,5 +170,10 @@ def compaction_schedule(state: ContextState, *, history_budget: int) -> None:
         # running compaction holds, while that compaction waits for the state row) deadlocked on PostgreSQL.
         conversation = state.conversation
         transaction.on_commit(
-            lambda: compaction_request(conversation=conversation, trigger="auto", history_budget=budget)
+            lambda: compaction_request(
+                conversation=conversation,
+                trigger="auto",
+                history_budget=budget,
+                summary_budget=summary_budget,
+            )
         )

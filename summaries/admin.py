@@ -77,10 +77,13 @@ def compaction_state(obj: Conversation) -> str:
         return "—"
     state = compaction_status(obj)
     return format_html(
-        "{} · {} compaction(s), {} failure(s){}",
+        "{} · {} compaction(s), {} failure(s){}{}",
         state["status"],
         state["compactions"],
         state["failures"],
+        format_html(" · summaries rolled up to {} tokens", state["summary_budget"])
+        if state["summary_budget"]
+        else "",
         format_html(" · last failed {}: {}", state["last_failed_at"], state["last_error"])
         if state["last_error"]
         else "",

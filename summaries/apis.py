@@ -50,6 +50,16 @@ COMPACTION_STATUS_SCHEMA = inline_serializer(
         "last_error": serializers.CharField(allow_null=True, help_text="Cleared by the next successful run."),
         "running_since": serializers.DateTimeField(allow_null=True),
         "queued_at": serializers.DateTimeField(allow_null=True),
+        "history_budget": serializers.IntegerField(
+            allow_null=True,
+            help_text="Tokens of history the latest context request that queued a compaction could show; "
+            "runs keep the history for it (null: the tenant's history_token_budget).",
+        ),
+        "summary_budget": serializers.IntegerField(
+            allow_null=True,
+            help_text="The summaries' share of that request's budget; runs roll them up to fit it (null: "
+            "the tenant's summary_token_budget).",
+        ),
     },
 )
 

@@ -1,7 +1,7 @@
 """Compaction knobs for one conversation: the settings (config/django/base.py), with the tenant's own
 `history_token_budget`, `summary_token_budget` and `llm_*` settings taking precedence."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -9,6 +9,7 @@ from django.conf import settings
 from conversations.models import Conversation
 from providers.llm import LLMConfig, llm_config
 from providers.model_table import model_info
+from summaries.models import CompactionState
 from tenants.settings_schema import settings_usable
 
 
@@ -28,6 +29,13 @@ class CompactionConfig:
     lock_ttl: int
     llm: LLMConfig | None
     monthly_llm_tokens: int
+
+    @property
+    def segment_cap(self) -> int:
+        """The most a new segment or roll-up aims at. A summary can come out at up to twice its target (the
+        fact check adds back the facts it lost, up to the target again), so a quarter of B4's budget: one
+        segment always fits B4, and two roll up."""
+        return self.summary_budget // 4
 
 
 def _int_setting(tenant_settings: dict[str, Any], key: str, default: int, minimum: int) -> int:
@@ -66,4 +74,24 @@ def compaction_config(conversation: Conversation) -> CompactionConfig:
         monthly_llm_tokens=_int_setting(
             tenant_settings, "llm_monthly_token_budget", settings.MNEMO_LLM_MONTHLY_TOKENS, 0
         ),
+    )
+
+
+def compaction_config_requested(conversation: Conversation) -> CompactionConfig:
+    """compaction_config with the budgets the conversation's client last asked for (CompactionState), each
+    at most the configured one: a client asking for 2,000-token prompts gets summaries rolled up to fit
+    them."""
+    cfg = compaction_config(conversation)
+    asked = (
+        CompactionState.objects.filter(pk=conversation.pk)
+        .values_list("history_budget", "summary_budget")
+        .first()
+    )
+    if asked is None:
+        return cfg
+    history, summary = asked
+    return replace(
+        cfg,
+        history_budget=min(cfg.history_budget, history or cfg.history_budget),
+        summary_budget=min(cfg.summary_budget, summary or cfg.summary_budget),
     )

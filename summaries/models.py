@@ -96,6 +96,11 @@ class CompactionState(models.Model):
     compactions = models.PositiveIntegerField(default=0)
     running_since = models.DateTimeField(null=True, blank=True)
     last_failed_at = models.DateTimeField(null=True, blank=True)
+    # What the latest context request that queued a compaction could give the history and the summaries
+    # (sized from its token_budget): every later run, a retry or the catch-up sweep's included, keeps B6 and
+    # rolls B4 up for the budget the client asks for, not the tenant's default (summaries.conf).
+    history_budget = models.PositiveIntegerField(null=True, blank=True)
+    summary_budget = models.PositiveIntegerField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"compaction of {self.conversation_id}"

@@ -117,4 +117,6 @@ def compaction_status(conversation: Conversation | Any) -> dict[str, Any]:
         "last_error": state.last_error or None,
         "running_since": time(state.running_since),
         "queued_at": time(state.queued_at),
+        "history_budget": state.history_budget,
+        "summary_budget": state.summary_budget,
     }

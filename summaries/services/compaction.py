@@ -28,7 +28,7 @@ from conversations.services import compaction_records_append
 from providers.background import task_send
 from providers.summariser import SourceMessage
 from providers.tokens import count_text
-from summaries.conf import CompactionConfig, compaction_config
+from summaries.conf import CompactionConfig, compaction_config_requested
 from summaries.locks import compaction_lock
 from summaries.models import CompactionState, SummarySegment
 from summaries.prompts import TEMPLATE_VERSION
@@ -268,7 +268,7 @@ def _rollups(
     while sum(s.token_count for s in live) > cfg.summary_budget and len(live) >= 2:
         group, built_from, raw_tokens = _rollup_group(conversation, live, cfg)
         group_tokens = sum(s.token_count for s in group)
-        target = max(64, min(group_tokens // 2, cfg.summary_budget // 2, cfg.segment_max_tokens * 2))
+        target = max(64, min(group_tokens // 2, cfg.segment_cap, cfg.segment_max_tokens * 2))
         start, end = group[0].start_seq, group[-1].end_seq
         if built_from == SummarySegment.BuiltFrom.RAW:
             summary = _summarise_raw(
@@ -748,7 +748,7 @@ def compaction_run(
     """Compact now, under the conversation's lock (LockBusy when another run holds it). None when there is
     nothing to compact or B6 holds fewer than `min_tokens`; CompactionStale when another run moved the
     boundary first. A failure is recorded and published (compaction.failed) before it propagates."""
-    cfg = compaction_config(conversation)
+    cfg = compaction_config_requested(conversation)
     with compaction_lock(conversation.pk, ttl=cfg.lock_ttl):
         # Holding the lock, a run still marked as running is one whose worker died.
         compaction_interrupted_record(conversation=conversation, trigger=trigger)
@@ -804,17 +804,24 @@ def compaction_queued(conversation: Conversation) -> bool:
 
 
 def compaction_request(
-    *, conversation: Conversation, trigger: str = "auto", history_budget: int | None = None
+    *,
+    conversation: Conversation,
+    trigger: str = "auto",
+    history_budget: int | None = None,
+    summary_budget: int | None = None,
 ) -> bool:
     """Queue a background compaction, unless one is queued already: duplicate triggers collapse into the
-    one queued task. The task is sent when the current transaction commits. Returns whether it queued."""
+    one queued task. The task is sent when the current transaction commits. Returns whether it queued.
+    A context request passes the budgets its token_budget gives the history and the summaries: remembered
+    for this run and the later ones (compaction_config_requested)."""
     CompactionState.objects.get_or_create(conversation=conversation)
     now = timezone.now()
     stale = now - timedelta(seconds=settings.MNEMO_COMPACTION_HARD_TIME_LIMIT * 2)  # as compaction_queued
+    asked = {"history_budget": history_budget, "summary_budget": summary_budget}
     queued = (
         CompactionState.objects.filter(pk=conversation.pk)
         .filter(Q(queued_at__isnull=True) | Q(queued_at__lt=stale))
-        .update(queued_at=now)
+        .update(queued_at=now, **{k: v for k, v in asked.items() if v is not None})
     )
     if not queued:
         return False
@@ -845,7 +852,7 @@ def compaction_run_queued(
     conversation = Conversation.objects.select_related("tenant").filter(pk=conversation_id).first()
     if conversation is None:
         return "gone"
-    cfg = compaction_config(conversation)
+    cfg = compaction_config_requested(conversation)
     budget = min(history_budget or cfg.history_budget, cfg.history_budget)
     min_tokens = 0 if trigger == "manual" else int(cfg.background * budget)
     try:
@@ -880,7 +887,7 @@ def compaction_catch_up(*, limit: int | None = None) -> dict[str, int]:
         .order_by("-updated_at")[:limit]
     )
     for conversation in candidates:
-        cfg = compaction_config(conversation)
+        cfg = compaction_config_requested(conversation)
         if history_tokens(conversation) >= cfg.background * cfg.history_budget:
             queued += compaction_request(conversation=conversation, trigger="catch-up")
     rebuilt = 0
@@ -918,7 +925,7 @@ def segment_rebuild(*, segment: SummarySegment, sync: bool = False) -> SummarySe
     raw messages exceed the summariser's input is rebuilt from the segments it replaced). The old segment is
     superseded, a compact_summary message records the new one. None when the segment is no longer live."""
     conversation = segment.conversation
-    cfg = compaction_config(conversation)
+    cfg = compaction_config_requested(conversation)
     with compaction_lock(conversation.pk, ttl=cfg.lock_ttl):
         segment.refresh_from_db()
         if segment.superseded_by_id is not None:
@@ -963,7 +970,7 @@ def _rebuild_summary(
     else:
         target = max(
             64,
-            min(cfg.summary_budget // 2, cfg.segment_max_tokens * 2, int(raw_tokens * cfg.summary_ratio)),
+            min(cfg.segment_cap, cfg.segment_max_tokens * 2, int(raw_tokens * cfg.summary_ratio)),
         )
     if children and raw_tokens > cfg.max_input_tokens:
         summary = _summarise_segments(conversation, children, target_tokens=target, cfg=cfg, sync=sync)

@@ -195,7 +195,8 @@ def fact_check(
 
 
 def target_tokens_for(input_tokens: int, cfg: CompactionConfig) -> int:
-    return max(64, min(cfg.segment_max_tokens, int(input_tokens * cfg.summary_ratio)))
+    """A new segment's size: its share of the input, at most a segment's most and cfg.segment_cap."""
+    return max(64, min(cfg.segment_max_tokens, cfg.segment_cap, int(input_tokens * cfg.summary_ratio)))
 
 
 def summary_make(

@@ -304,3 +304,32 @@ def test_the_core_memory_hook_fires_after_the_boundary_moves(
         outcome.end_seq,
         "manual",
     )
+
+
+def test_the_budgets_a_request_asked_for_size_later_runs_and_never_exceed_the_configured_ones(
+    conversation,
+):
+    from summaries.conf import compaction_config_requested
+    from summaries.services import compaction_request
+
+    configured = compaction_config(conversation)
+    assert compaction_config_requested(conversation) == configured  # nothing asked yet
+
+    assert compaction_request(conversation=conversation, history_budget=4000, summary_budget=300)
+    asked = compaction_config_requested(conversation)
+    assert (asked.history_budget, asked.summary_budget) == (4000, 300)
+    assert asked.segment_cap == 75 and configured.segment_cap == configured.summary_budget // 4
+
+    # A trigger without budgets (the catch-up sweep, an operator) keeps what the client asked for.
+    CompactionState.objects.filter(pk=conversation.pk).update(queued_at=None)
+    assert compaction_request(conversation=conversation, trigger="catch-up")
+    assert compaction_config_requested(conversation).summary_budget == 300
+
+    # More than the tenant's budgets is capped by them.
+    CompactionState.objects.filter(pk=conversation.pk).update(queued_at=None)
+    compaction_request(conversation=conversation, history_budget=10**6, summary_budget=10**6)
+    capped = compaction_config_requested(conversation)
+    assert (capped.history_budget, capped.summary_budget) == (
+        configured.history_budget,
+        configured.summary_budget,
+    )

@@ -304,3 +304,34 @@ def test_a_failed_background_compaction_is_recorded_and_the_next_call_still_answ
     assert after["window"]["window_start_seq"] == body["window"]["window_start_seq"] > 0
     assert after["blocks"]["B6"]["from_seq"] > after["window"]["window_start_seq"]
     assert after["tokens"]["total"] <= 400
+
+
+def test_the_request_budget_is_remembered_and_the_summaries_are_rolled_up_to_its_share(
+    owner, conversation, django_capture_on_commit_callbacks
+):
+    """Summaries written for a larger budget are over B4's share of a small request's room: that request
+    drops them, and the compaction it queues remembers its budgets and rolls the summaries up until they fit,
+    so the next call at that budget shows B4 instead of dropping it."""
+    history(conversation, 40)
+    compaction_run(conversation=conversation, trigger="manual")  # at the tenant's budgets
+    history(conversation, 40, start=40)
+    compaction_run(conversation=conversation, trigger="manual")
+    live = sum(s.token_count for s in segments_live(conversation=conversation))
+
+    history(conversation, 60, start=80)  # past the background share of the minimum history budget
+    with django_capture_on_commit_callbacks(execute=True):
+        before = context(owner, conversation, token_budget=3000)
+    assert "B4" not in before["blocks"]
+    share = sum(d["tokens"] for d in before["dropped"] if d["block"] == "B4")
+    assert share == live
+
+    state = CompactionState.objects.get(pk=conversation.pk)
+    assert state.compactions == 3 and state.history_budget == MIN_COMPACTION_HISTORY_TOKENS
+    assert 0 < state.summary_budget < live
+    assert sum(s.token_count for s in segments_live(conversation=conversation)) <= state.summary_budget
+    shown = owner.client.get(f"/api/v1/conversations/{conversation.pk}/summaries").json()["compaction"]
+    assert (shown["history_budget"], shown["summary_budget"]) == (state.history_budget, state.summary_budget)
+
+    after = context(owner, conversation, token_budget=3000)
+    assert after["blocks"]["B4"]["items"] and not [d for d in after["dropped"] if d["block"] == "B4"]
+    assert after["tokens"]["total"] <= 3000
