@@ -32,10 +32,10 @@ class CompactionConfig:
 
     @property
     def segment_cap(self) -> int:
-        """The most a new segment or roll-up aims at. A summary can come out at up to twice its target (the
-        fact check adds back the facts it lost, up to the target again), so a quarter of B4's budget: one
-        segment always fits B4, and two roll up."""
-        return self.summary_budget // 4
+        """The most a new segment or roll-up aims at: a third of B4's budget. A summary can come out at about
+        twice its target (the fact check adds back the facts it lost, up to the target again), and one
+        segment must still fit B4; two or three then roll up."""
+        return self.summary_budget // 3
 
 
 def _int_setting(tenant_settings: dict[str, Any], key: str, default: int, minimum: int) -> int:

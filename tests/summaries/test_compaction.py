@@ -318,7 +318,7 @@ def test_the_budgets_a_request_asked_for_size_later_runs_and_never_exceed_the_co
     assert compaction_request(conversation=conversation, history_budget=4000, summary_budget=300)
     asked = compaction_config_requested(conversation)
     assert (asked.history_budget, asked.summary_budget) == (4000, 300)
-    assert asked.segment_cap == 75 and configured.segment_cap == configured.summary_budget // 4
+    assert asked.segment_cap == 100 and configured.segment_cap == configured.summary_budget // 3
 
     # A trigger without budgets (the catch-up sweep, an operator) keeps what the client asked for.
     CompactionState.objects.filter(pk=conversation.pk).update(queued_at=None)
