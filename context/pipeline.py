@@ -70,8 +70,10 @@ MIN_CUT_TOKENS = 48
 # tokens or of the history's share of the requested budget, whichever is more: below it, the window cut
 # (prompt only) and retrieval over the whole history serve small budgets better than ever smaller summaries.
 MIN_COMPACTION_HISTORY_TOKENS = 4000
-# The summaries' budget a request remembers for compaction (B4's share of its room) is at least this: two
-# segments of the summariser's least (64 tokens) fit it.
+# The summaries' budget a request remembers for compaction: this share of B4's cap (summary_cap; core memory
+# grows a little between compactions, and the cap with it shrinks), but at least MIN_SUMMARY_BUDGET, which
+# two segments of the summariser's least (64 tokens) fit.
+SUMMARY_FILL = 0.9
 MIN_SUMMARY_BUDGET = 128
 
 
@@ -218,17 +220,28 @@ def _agent_profile(state: ContextState) -> AgentProfile | None:
     return default
 
 
+def _system_fixed(state: ContextState) -> int:
+    """Tokens of B1 and core memory as the system message carries them."""
+    b1_b2a = [s for s in render_system_sections(state.layout)[:2] if s]
+    return system_message_tokens("\n\n".join(b1_b2a), model=state.model)
+
+
 def _room(state: ContextState) -> int:
     """What the fixed costs leave: the budget less B1, core memory, the current message with its memory
     updates, and the per-message overheads."""
     layout = state.layout
-    b1_b2a = [s for s in render_system_sections(layout)[:2] if s]
-    fixed = system_message_tokens("\n\n".join(b1_b2a), model=state.model)
+    fixed = _system_fixed(state)
     fixed += (
         count_cached(layout.user_message, model=state.model) + MESSAGE_OVERHEAD_TOKENS + REPLY_PRIMING_TOKENS
     )
     fixed += sum(i.tokens for i in layout.memory_updates)
     return max(0, state.budget - fixed)
+
+
+def summary_cap(state: ContextState) -> int:
+    """The most B4 may take: SUMMARY_SHARE of what B1 and core memory leave of the budget. Not of the room
+    the question leaves: a longer question must not drop the summaries, and the cached prefix with them."""
+    return int(max(0, state.budget - _system_fixed(state)) * SUMMARY_SHARE)
 
 
 def history_allowance(state: ContextState) -> int:
@@ -237,7 +250,7 @@ def history_allowance(state: ContextState) -> int:
     not change from one question to the next."""
     room = _room(state)
     layout = state.layout
-    summaries = min(sum(i.tokens for i in layout.b4), int(room * SUMMARY_SHARE))
+    summaries = min(sum(i.tokens for i in layout.b4), summary_cap(state))
     per_request = sum(i.tokens for i in (layout.b3, layout.b2b) if i is not None)
     # Retrieval's reserve is its share of the room, but never more than it may take (retrieval_cap).
     reserve = min(int(room * RETRIEVAL_SHARE), retrieval_cap(state.budget))
@@ -370,13 +383,13 @@ def stage_budget(state: ContextState) -> None:
     and B3 give way further. No compaction runs here: one is queued when the history outgrows its share, and
     this request uses what exists. Every drop is listed."""
     layout = state.layout
-    summary_share = int(_room(state) * SUMMARY_SHARE)
-    _cap_summaries(state, summary_share)
+    cap = summary_cap(state)
+    _cap_summaries(state, cap)
     history_tokens = _fit_history(state)
     sources.compaction_schedule(
         state,
         history_budget=max(MIN_COMPACTION_HISTORY_TOKENS, state.history_allowance),
-        summary_budget=max(MIN_SUMMARY_BUDGET, summary_share),
+        summary_budget=max(MIN_SUMMARY_BUDGET, int(cap * SUMMARY_FILL)),
     )
     totals = _fill_retrieval(state, history_tokens)
     while totals["total"] > state.budget and layout.b4:

@@ -335,3 +335,6 @@ def test_the_request_budget_is_remembered_and_the_summaries_are_rolled_up_to_its
     after = context(owner, conversation, token_budget=3000)
     assert after["blocks"]["B4"]["items"] and not [d for d in after["dropped"] if d["block"] == "B4"]
     assert after["tokens"]["total"] <= 3000
+    # B4's cap does not shrink with a longer question: the summaries (and the cached prefix) stay.
+    longer = context(owner, conversation, token_budget=3000, user_message="And what next? " * 300)
+    assert longer["messages"][0] == after["messages"][0]
