@@ -14,6 +14,9 @@ Method:
    header says so (BEAM has one: a broken reply of 349K characters, mostly whitespace). Then wait until
    GET /api/v1/conversations/{id} reports retrieval_index.embedded == messages, and until
    GET /api/v1/conversations/{id}/memory-agent reports nothing pending (--index-timeout, for both).
+   Then settle, as a client that keeps its budget would have: one context call per conversation at its
+   budget (not scored; a call that queues a compaction sizes it for that budget), and wait until
+   GET .../summaries reports no compaction queued or running; again while the calls still queue one.
 2. Ask. Every question of the conversation, in dataset order, as if after the last message:
    POST .../context {"user_message": <question>, "token_budget": B, "format": "openai"}. Recorded per call:
    client wall time, tokens.total, timings, degradation codes, dropped blocks, B5's tokens and item scores.
@@ -435,6 +438,7 @@ class Load:
     seconds: float = 0.0
     index_seconds: float = 0.0
     index_note: str = ""
+    settle_note: str = ""
     skipped: int = 0  # (conversation, budget) pairs a kept load already held
     warnings: list[str] = field(default_factory=list)
 
@@ -570,6 +574,44 @@ def wait_memory_agent(
             log(f"  memory agent: {pending} of {len(ids)} conversations still to read ({waited:.0f}s)")
             logged = waited
         time.sleep(2)
+
+
+# A client that keeps its budget has asked for context at it all along, and each call that queues a
+# compaction remembers its budget, so the summaries are sized for it. A loaded history has had no such call:
+# one per conversation at its budget (not scored), then the compactions it queued run, as often as a call
+# still queues one.
+SETTLE_MESSAGE = "What did we talk about last?"
+SETTLE_ROUNDS = 5
+
+
+def compaction_states(api: Api, ids: list[str]) -> list[dict[str, Any]]:
+    return [api.call("GET", f"/conversations/{i}/summaries")[0]["compaction"] for i in ids]
+
+
+def settle(api: Api, pairs: list[tuple[str, int]], timeout: float) -> str:
+    """The steady state of a client that keeps its budget (SETTLE_MESSAGE): one context call per
+    conversation at its budget, then wait until no compaction is queued or running; again while the calls
+    still queue compactions."""
+    ids = [conversation_id for conversation_id, _ in pairs]
+    started, first = time.monotonic(), sum(s["compactions"] for s in compaction_states(api, ids))
+    for round_ in range(1, SETTLE_ROUNDS + 1):
+        before = sum(s["compactions"] for s in compaction_states(api, ids))
+        for conversation_id, budget in pairs:
+            body = {"user_message": SETTLE_MESSAGE, "token_budget": budget, "format": "openai"}
+            api.call("POST", f"/conversations/{conversation_id}/context", body)
+        while any(s["status"] in ("queued", "running") for s in compaction_states(api, ids)):
+            if time.monotonic() - started > timeout:
+                return f"WARNING: compaction still running after {timeout:.0f}s; asked anyway"
+            time.sleep(2)
+        after = sum(s["compactions"] for s in compaction_states(api, ids))
+        log(f"  settle round {round_}: {after - before} compactions ({time.monotonic() - started:.0f}s)")
+        if after == before:
+            break
+    waited = time.monotonic() - started
+    return (
+        f"settled: {round_} round(s) of one context call per conversation at its budget (not scored), "
+        f"{after - first} compactions sized for it, {waited:.0f}s"
+    )
 
 
 # --- asking ------------------------------------------------------------------------------------------------
@@ -864,6 +906,7 @@ def header(dataset: Dataset, service: Service, load: Load, args: argparse.Namesp
         service.describe,
         load_line(load, len(convs) * len(args.budgets)),
         load.index_note,
+        load.settle_note,
         *load.warnings,
         f"baselines: {base} (recency, bm25, oracle; len/4 tokens; the untruncated messages), same questions",
     ]
@@ -978,6 +1021,8 @@ def run(args: argparse.Namespace) -> int:
         loaded = session.manifest["conversations"]
         ids = [loaded[c["id"]][str(b)] for c in dataset.conversations for b in args.budgets]
         load.index_seconds, load.index_note = wait_index(session.api, ids, args.index_timeout)
+        pairs = [(loaded[c["id"]][str(b)], b) for c in dataset.conversations for b in args.budgets]
+        load.settle_note = settle(session.api, pairs, args.index_timeout)
         log(f"asking {sum(len(c['questions']) for c in dataset.conversations)} questions per budget …")
         rows = ask_all(session.api, dataset, args.budgets, session.manifest)
     base_er, base_full, base_n = baselines(args.baselines, dataset, args.budgets)
