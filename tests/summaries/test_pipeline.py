@@ -11,6 +11,7 @@ test database only does inside django_capture_on_commit_callbacks(execute=True).
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 
 from context.pipeline import MIN_COMPACTION_HISTORY_TOKENS, STAGES, ContextRequest, context_assemble
 from conversations.models import Message
@@ -307,7 +308,7 @@ def test_a_failed_background_compaction_is_recorded_and_the_next_call_still_answ
 
 
 def test_the_request_budget_is_remembered_and_the_summaries_are_rolled_up_to_its_share(
-    owner, conversation, django_capture_on_commit_callbacks
+    owner, member, client, conversation, django_capture_on_commit_callbacks
 ):
     """Summaries written for a larger budget are over B4's share of a small request's room: that request
     drops them, and the compaction it queues remembers its budgets and rolls the summaries up until they fit,
@@ -331,6 +332,9 @@ def test_the_request_budget_is_remembered_and_the_summaries_are_rolled_up_to_its
     assert sum(s.token_count for s in segments_live(conversation=conversation)) <= state.summary_budget
     shown = owner.client.get(f"/api/v1/conversations/{conversation.pk}/summaries").json()["compaction"]
     assert (shown["history_budget"], shown["summary_budget"]) == (state.history_budget, state.summary_budget)
+    client.force_login(member.user)
+    page = client.get(reverse("admin:conversations_conversation_change", args=[conversation.pk]))
+    assert f"summaries rolled up to {state.summary_budget} tokens" in page.content.decode()
 
     after = context(owner, conversation, token_budget=3000)
     assert after["blocks"]["B4"]["items"] and not [d for d in after["dropped"] if d["block"] == "B4"]
