@@ -81,7 +81,7 @@ def compaction_state(obj: Conversation) -> str:
         state["status"],
         state["compactions"],
         state["failures"],
-        format_html(" · summaries rolled up to {} tokens", state["summary_budget"])
+        format_html(" · summaries rolled up to fit {} tokens", state["summary_budget"])
         if state["summary_budget"]
         else "",
         format_html(" · last failed {}: {}", state["last_failed_at"], state["last_error"])

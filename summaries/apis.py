@@ -53,7 +53,8 @@ COMPACTION_STATUS_SCHEMA = inline_serializer(
         "history_budget": serializers.IntegerField(
             allow_null=True,
             help_text="Tokens of history the latest context request that queued a compaction could show; "
-            "runs keep the history for it (null: the tenant's history_token_budget).",
+            "queued runs and the catch-up sweep compact at their share of it (null: the tenant's "
+            "history_token_budget).",
         ),
         "summary_budget": serializers.IntegerField(
             allow_null=True,

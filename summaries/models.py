@@ -97,8 +97,9 @@ class CompactionState(models.Model):
     running_since = models.DateTimeField(null=True, blank=True)
     last_failed_at = models.DateTimeField(null=True, blank=True)
     # What the latest context request that queued a compaction could give the history and the summaries
-    # (sized from its token_budget): every later run, a retry or the catch-up sweep's included, keeps B6 and
-    # rolls B4 up for the budget the client asks for, not the tenant's default (summaries.conf).
+    # (sized from its token_budget). Every later run, a retry or the catch-up sweep's included, measures the
+    # history against the first and rolls B4 up to fit the second, not the tenant's defaults
+    # (summaries.conf.compaction_config_requested).
     history_budget = models.PositiveIntegerField(null=True, blank=True)
     summary_budget = models.PositiveIntegerField(null=True, blank=True)
 
