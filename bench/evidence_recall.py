@@ -593,9 +593,9 @@ def settle(api: Api, pairs: list[tuple[str, int]], timeout: float) -> str:
     conversation at its budget, then wait until no compaction is queued or running; again while the calls
     still queue compactions."""
     ids = [conversation_id for conversation_id, _ in pairs]
-    started, first = time.monotonic(), sum(s["compactions"] for s in compaction_states(api, ids))
+    started = time.monotonic()
+    first = before = sum(s["compactions"] for s in compaction_states(api, ids))
     for round_ in range(1, SETTLE_ROUNDS + 1):
-        before = sum(s["compactions"] for s in compaction_states(api, ids))
         for conversation_id, budget in pairs:
             body = {"user_message": SETTLE_MESSAGE, "token_budget": budget, "format": "openai"}
             api.call("POST", f"/conversations/{conversation_id}/context", body)
@@ -607,6 +607,7 @@ def settle(api: Api, pairs: list[tuple[str, int]], timeout: float) -> str:
         log(f"  settle round {round_}: {after - before} compactions ({time.monotonic() - started:.0f}s)")
         if after == before:
             break
+        before = after
     waited = time.monotonic() - started
     return (
         f"settled: {round_} round(s) of one context call per conversation at its budget (not scored), "
