@@ -60,7 +60,8 @@ def load_core_memory(state: ContextState) -> None:
     if conversation.end_user_id is None:
         return
     snapshot = core_memory_snapshot_get(conversation=conversation, boundary_seq=state.boundary_seq)
-    folded = core_memory_at(end_user_id=conversation.end_user_id, versions=snapshot.versions)
+    current = core_memory_blocks_current(end_user_id=conversation.end_user_id)
+    folded = core_memory_at(end_user_id=conversation.end_user_id, versions=snapshot.versions, current=current)
     items = []
     for label in sorted(folded, key=label_order):
         text = f"<{label}>\n{folded[label]}\n</{label}>"
@@ -68,7 +69,7 @@ def load_core_memory(state: ContextState) -> None:
         items.append(Item(text=text, tokens=count_cached(text, model=state.model), source=source))
     state.layout.b2a = items
     updates = []
-    for block in core_memory_blocks_current(end_user_id=conversation.end_user_id):
+    for block in current:
         if snapshot.versions.get(block.label) == block.version:
             continue
         text = f"- core memory <{block.label}> is now (v{block.version}): {block.value}"

@@ -18,7 +18,7 @@ import re
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from django.db import connection
@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 # A word: a CJK run, or letters/digits joined by - . / _ (an identifier, a path, a version: one BM25 term).
 _WORD = re.compile(rf"[{CJK}]+|[^\W_{CJK}](?:[^\W_{CJK}]|[-./_](?=[^\W_{CJK}]))*")
+_CJK_START = re.compile(rf"[{CJK}]")
 # What the full-text indexes see as one word: a CJK character, or a run of letters and digits.
 _ATOM = re.compile(rf"[{CJK}]|[^\W_{CJK}]+")
 # Query words longer than this are blobs (base64, hashes of hashes): never worth a lookup.
@@ -43,15 +44,19 @@ EXPANSION_WEIGHT = 0.3
 
 def tokens(text: str) -> list[str]:
     """BM25 terms: words without stopwords, an identifier whole; CJK runs as characters and bigrams."""
-    out: list[str] = []
-    for word in _WORD.findall(text.lower()):
+    return list(iter_tokens(text))
+
+
+def iter_tokens(text: str) -> Iterator[str]:
+    """tokens() one at a time, for a reader that needs only the first few of a long text."""
+    for match in _WORD.finditer(text.lower()):
+        word = match.group(0)
         # A match is either all CJK or starts with a letter or digit outside CJK: its first character tells.
-        if re.match(rf"[{CJK}]", word):
-            out.extend(word)  # unigrams
-            out.extend(word[i : i + 2] for i in range(len(word) - 1))  # and bigrams
+        if _CJK_START.match(word):
+            yield from word  # unigrams
+            yield from (word[i : i + 2] for i in range(len(word) - 1))  # and bigrams
         elif word not in SEARCH_STOPWORDS:
-            out.append(word)
-    return out
+            yield word
 
 
 def search_phrases(query: str) -> list[tuple[str, ...]]:
@@ -59,7 +64,7 @@ def search_phrases(query: str) -> list[tuple[str, ...]]:
     bigrams. Stopwords, single letters and blobs are left out; at most MAX_PHRASES, in query order."""
     phrases: list[tuple[str, ...]] = []
     for word in _WORD.findall(query.lower()):
-        if re.match(rf"[{CJK}]", word):
+        if _CJK_START.match(word):
             grams = [tuple(word[i : i + 2]) for i in range(len(word) - 1)] or [(word,)]
             phrases.extend(grams)
             continue

@@ -25,6 +25,7 @@ from memory.lexical import (
     tsquery,
 )
 from providers.text import sentence_spans
+from tenants.statements import FixedQuery
 
 # Only the query's rarer words select messages (memory.lexical.selective: about RECALL_MATCH_BUDGET matches
 # expected); the database ranks their matches (ts_rank_cd / bm25()) and BM25 re-ranks its best RECALL_RERANK,
@@ -101,17 +102,25 @@ def recall_other_conversations(
     return hits
 
 
-def _other_conversations(conversation: Conversation) -> dict[Any, tuple[str, int]]:
-    """The end user's other conversations in the tenant, newest first: id -> (title, last seq)."""
-    return {
-        pk: (title, last_seq)
-        for pk, title, last_seq in Conversation.objects.filter(
-            tenant_id=conversation.tenant_id, end_user_id=conversation.end_user_id
-        )
-        .exclude(pk=conversation.pk)
+# Read by every context call of an end user's conversation: compiled once (tenants.statements).
+_OTHERS = FixedQuery(
+    lambda tenant_id, end_user_id, conversation_id: (
+        Conversation.objects.filter(tenant_id=tenant_id, end_user_id=end_user_id)
+        .exclude(pk=conversation_id)
         .order_by("-created_at")
         .values_list("id", "title", "last_seq")[:RECALL_OTHER_CONVERSATIONS]
-    }
+    ),
+    tenant_id=uuid.UUID(int=0x07E1),
+    end_user_id=-7_000_003,
+    conversation_id=uuid.UUID(int=0x07E2),
+)
+
+
+def _other_conversations(conversation: Conversation) -> dict[Any, tuple[str, int]]:
+    """The end user's other conversations in the tenant, newest first: id -> (title, last seq)."""
+    c = conversation
+    rows = _OTHERS.run(tenant_id=c.tenant_id, end_user_id=c.end_user_id, conversation_id=c.pk)
+    return {pk: (title, last_seq) for pk, title, last_seq in rows}
 
 
 def _matching_rows(

@@ -18,13 +18,14 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
 
 from conversations.models import Conversation, Message
-from memory.lexical import tokens
+from memory.lexical import iter_tokens, tokens
 from providers.llm import LLMConfig, LLMError, chat, llm_config
 from tenants.settings_schema import settings_usable
 
@@ -85,10 +86,11 @@ def _salient_terms(texts: list[str]) -> list[str]:
     out: list[str] = []
     seen: set[str] = set()
     for text in texts:
-        found = [m.group(0).strip("\"'.,") for m in _SALIENT.finditer(text)]
-        cjk = [m.group(0) for m in _CJK_RUN.finditer(text)]
+        found = (m.group(0).strip("\"'.,") for m in _SALIENT.finditer(text))
+        cjk = (m.group(0) for m in _CJK_RUN.finditer(text))
         taken = 0
-        for term in [*found, *cjk, *tokens(text)]:
+        # Lazily: a long message's words are not all split to take three of them.
+        for term in chain(found, cjk, iter_tokens(text)):
             if taken >= PER_TEXT or len(out) >= MAX_TERMS:
                 break
             if term and term.lower() not in seen:

@@ -10,12 +10,14 @@ from django.db.models.functions import Coalesce
 from conversations.models import Conversation, Message
 from memory.models import (
     STANDARD_LABELS,
+    ArchivalMemory,
     CoreMemoryBlock,
     CoreMemoryBlockVersion,
     MemoryAgentCursor,
     MemoryOperation,
 )
 from tenants.models import EndUser
+from tenants.statements import FixedQuery
 
 
 def label_order(label: str) -> tuple[int, str]:
@@ -43,14 +45,20 @@ def core_memory_block_data(block: CoreMemoryBlock) -> dict[str, Any]:
     }
 
 
-def core_memory_at(*, end_user_id: int, versions: dict[str, int]) -> dict[str, str]:
-    """label -> value of the named versions (a label whose version is gone is left out)."""
-    if not versions:
-        return {}
+def core_memory_at(
+    *, end_user_id: int, versions: dict[str, int], current: list[CoreMemoryBlock] | None = None
+) -> dict[str, str]:
+    """label -> value of the named versions (a label whose version is gone is left out). `current`: the
+    end user's blocks as core_memory_blocks_current read them, when the caller holds them; a version that is
+    still current is taken from there, so only blocks edited since are looked up in their history."""
+    held = {b.label: b.value for b in current or [] if versions.get(b.label) == b.version}
+    older = [label for label in versions if label not in held]
+    if current is not None and not older:
+        return held
     rows = CoreMemoryBlockVersion.objects.filter(
-        block__end_user_id=end_user_id, block__label__in=list(versions)
+        block__end_user_id=end_user_id, block__label__in=older
     ).values_list("block__label", "version", "value")
-    return {label: value for label, version, value in rows if versions.get(label) == version}
+    return held | {label: value for label, version, value in rows if versions.get(label) == version}
 
 
 def memory_operations(*, end_user: EndUser) -> QuerySet[MemoryOperation]:
@@ -74,15 +82,27 @@ def memory_operation_data(op: MemoryOperation) -> dict[str, Any]:
     }
 
 
+# Read by every context call of an end user's conversation: compiled once (tenants.statements).
+_CURRENT_BLOCKS = FixedQuery(
+    lambda end_user_id: CoreMemoryBlock.objects.filter(end_user_id=end_user_id).only(
+        "label", "value", "version"
+    ),
+    end_user_id=-7_000_001,
+)
+_ARCHIVAL_EXISTS = FixedQuery(
+    lambda end_user_id: ArchivalMemory.objects.filter(
+        end_user_id=end_user_id, invalidated_at__isnull=True
+    ).values_list("pk", flat=True)[:1],
+    end_user_id=-7_000_001,
+)
+
+
 def core_memory_blocks_current(*, end_user_id: int) -> list[CoreMemoryBlock]:
-    blocks = CoreMemoryBlock.objects.filter(end_user_id=end_user_id).only("label", "value", "version")
-    return sorted(blocks, key=lambda b: label_order(b.label))
+    return sorted(_CURRENT_BLOCKS.run(end_user_id=end_user_id), key=lambda b: label_order(b.label))
 
 
 def archival_exists(*, end_user_id: int) -> bool:
-    from memory.models import ArchivalMemory
-
-    return ArchivalMemory.objects.filter(end_user_id=end_user_id, invalidated_at__isnull=True).exists()
+    return _ARCHIVAL_EXISTS.first(end_user_id=end_user_id) is not None
 
 
 def _completed_replies() -> QuerySet[Message]:

@@ -1,6 +1,7 @@
 """Writes to memory. Core-memory edits are optimistic: the caller names the version it read, a stale version
 is refused (412) rather than overwritten, and every change is logged as a MemoryOperation."""
 
+import uuid
 from typing import Any, TypedDict
 
 from django.db import transaction
@@ -18,6 +19,7 @@ from memory.models import (
 )
 from tenants.errors import ApplicationError
 from tenants.models import EndUser
+from tenants.statements import FixedQuery
 
 
 def operation_log(
@@ -247,11 +249,18 @@ def _current_versions(end_user_id: Any) -> dict[str, int]:
     return dict(CoreMemoryBlock.objects.filter(end_user_id=end_user_id).values_list("label", "version"))
 
 
+# Read by every context call of an end user's conversation: compiled once (tenants.statements).
+_SNAPSHOT = FixedQuery(
+    lambda conversation_id: CoreMemorySnapshot.objects.filter(conversation_id=conversation_id)[:1],
+    conversation_id=uuid.UUID(int=0x5A7),
+)
+
+
 def core_memory_snapshot_get(*, conversation: Conversation, boundary_seq: int) -> CoreMemorySnapshot:
     """The conversation's B2a snapshot: taken at its first context call, advanced when the compaction
     boundary has moved past it (the receiver of boundary_moved advances it too; this catches a missed
     signal)."""
-    snapshot = CoreMemorySnapshot.objects.filter(conversation=conversation).first()
+    snapshot = _SNAPSHOT.first(conversation_id=conversation.pk)
     if snapshot is None:
         snapshot, _ = CoreMemorySnapshot.objects.get_or_create(
             conversation=conversation,

@@ -97,3 +97,25 @@ def test_a_conversation_without_an_end_user_has_no_b2a(owner):
     anonymous_conversation = conversation_create(tenant=owner.tenant, title="no user")
     body = context(owner, anonymous_conversation)
     assert "B2a" not in body["blocks"]
+
+
+def test_versions_still_current_are_read_from_the_blocks_only_older_ones_from_their_history(
+    owner, conversation, django_assert_num_queries
+):
+    from memory.models import CoreMemoryBlock
+    from memory.selectors import core_memory_at, core_memory_blocks_current
+
+    put_block(owner, "preferences", "likes tea")
+    put_block(owner, "persona", "Alice")
+    put_block(owner, "preferences", "likes coffee now", version=1)
+    end_user_id = CoreMemoryBlock.objects.get(label="persona").end_user_id
+    current = core_memory_blocks_current(end_user_id=end_user_id)
+
+    def at(**versions):
+        return core_memory_at(end_user_id=end_user_id, versions=versions, current=current)
+
+    with django_assert_num_queries(0):
+        assert at(persona=1, preferences=2) == {"persona": "Alice", "preferences": "likes coffee now"}
+    with django_assert_num_queries(1):
+        assert at(persona=1, preferences=1) == {"persona": "Alice", "preferences": "likes tea"}
+    assert at(persona=1, zeta=1) == {"persona": "Alice"}
