@@ -27,6 +27,7 @@ from providers.embeddings import embedder_status, from_bytes
 from providers.passages import passage_spans
 from providers.ranking import Postings, Vectors, best_first, fuse
 from providers.text import CJK, PASSAGE_STOPWORDS
+from tenants.statements import FixedQuery
 
 _TERM = re.compile(rf"[{CJK}]+|[^\W_{CJK}]+")
 _stemmer = snowballstemmer.stemmer("english")
@@ -99,14 +100,11 @@ class ConversationIndex:
     # --- keeping up ---------------------------------------------------------------------------------------
 
     def sync(self) -> None:
-        rows = (
-            Message.objects.filter(
-                conversation_id=self.conversation_id, kind=Message.Kind.MESSAGE, seq__gt=self.indexed_seq
-            )
-            .order_by("seq")
-            .values_list("id", "seq", "role", "content", "token_count", "created_at", "completed")
-        )
-        for row in rows.iterator(chunk_size=2000):
+        if self.indexed_seq:  # what was appended since the last call: a few rows, one fixed statement
+            rows = _NEW_MESSAGES.run(conversation_id=self.conversation_id, after=self.indexed_seq)
+        else:  # the whole history, in chunks
+            rows = _new_messages(self.conversation_id, 0).iterator(chunk_size=2000)
+        for row in rows:
             self._add(*row)
         self._sync_vectors()
 
@@ -145,10 +143,11 @@ class ConversationIndex:
         # Positions follow seq (sync appends in seq order): min() over the ints, not a generator over the
         # messages, which cost ~3 ms a call while 10,000 messages waited for vectors.
         floor = self.messages[min(self.missing_vectors)].seq
-        rows = MessageVector.objects.filter(
-            conversation_id=self.conversation_id, model=embedder.name, seq__gte=floor
-        ).values_list("seq", "spans", "vectors", "dimension")
-        for seq, spans, blob, dimension in rows.iterator(chunk_size=2000):
+        if len(self.missing_vectors) <= FIXED_VECTOR_READ:
+            rows = _NEW_VECTORS.run(conversation_id=self.conversation_id, model=embedder.name, floor=floor)
+        else:  # a backlog (a first read, vectors still being computed): in chunks
+            rows = _new_vectors(self.conversation_id, embedder.name, floor).iterator(chunk_size=2000)
+        for seq, spans, blob, dimension in rows:
             position = self.by_seq.get(seq)
             if position is None or position not in self.missing_vectors:
                 continue
@@ -158,6 +157,33 @@ class ConversationIndex:
                 if start in starts:
                     self.vectors[starts[start]] = vector
             self.missing_vectors.discard(position)
+
+
+def _new_messages(conversation_id: Any, after: int) -> Any:
+    return (
+        Message.objects.filter(conversation_id=conversation_id, kind=Message.Kind.MESSAGE, seq__gt=after)
+        .order_by("seq")
+        .values_list("id", "seq", "role", "content", "token_count", "created_at", "completed")
+    )
+
+
+def _new_vectors(conversation_id: Any, model: str, floor: int) -> Any:
+    return MessageVector.objects.filter(
+        conversation_id=conversation_id, model=model, seq__gte=floor
+    ).values_list("seq", "spans", "vectors", "dimension")
+
+
+# Every context call brings its conversation's index up to date: once it has been read whole, these read only
+# what is new, as statements compiled once (tenants.statements). Up to this many messages still without
+# vectors are read in one go; a longer backlog in chunks.
+_NEW_MESSAGES = FixedQuery(_new_messages, conversation_id=uuid.UUID(int=0x1D5), after=7_123_456_789_011)
+_NEW_VECTORS = FixedQuery(
+    _new_vectors,
+    conversation_id=uuid.UUID(int=0x1D6),
+    model="fixed-query-sample-model",
+    floor=7_123_456_789_013,
+)
+FIXED_VECTOR_READ = 500
 
 
 # How deep each ranking goes into the fusion, and what each ranking weighs in it.

@@ -207,3 +207,21 @@ def test_top_k_caps_the_retrieved_items(owner, conversation, lexical_only):
     assert b5_seqs(body) == [1]
     many = context(owner, conversation, user_message=QUESTION, token_budget=2000)
     assert len(b5_seqs(many)) > 1
+
+
+def test_vectors_computed_after_the_index_was_read_reach_it(conversation, local_embeddings, monkeypatch):
+    from memory import history_index
+
+    append(conversation, *[{"role": "user", "content": f"Note {n} about the garden shed."} for n in range(4)])
+    index = history_index.conversation_index(conversation.id)  # read whole, no vectors yet
+    assert len(index.missing_vectors) == 4 and not len(index.vectors)
+
+    message_vectors_fill(conversation_id=conversation.id, limit=1)
+    index = history_index.conversation_index(conversation.id)  # a few missing: the fixed statement
+    assert len(index.missing_vectors) == 3
+
+    monkeypatch.setattr(history_index, "FIXED_VECTOR_READ", 1)  # a backlog: read in chunks
+    message_vectors_fill(conversation_id=conversation.id)
+    index = history_index.conversation_index(conversation.id)
+    assert not index.missing_vectors
+    assert len(index.vectors) == 4
