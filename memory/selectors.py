@@ -46,14 +46,14 @@ def core_memory_block_data(block: CoreMemoryBlock) -> dict[str, Any]:
 
 
 def core_memory_at(
-    *, end_user_id: int, versions: dict[str, int], current: list[CoreMemoryBlock] | None = None
+    *, end_user_id: int, versions: dict[str, int], current: list[CoreMemoryBlock]
 ) -> dict[str, str]:
     """label -> value of the named versions (a label whose version is gone is left out). `current`: the
-    end user's blocks as core_memory_blocks_current read them, when the caller holds them; a version that is
-    still current is taken from there, so only blocks edited since are looked up in their history."""
-    held = {b.label: b.value for b in current or [] if versions.get(b.label) == b.version}
+    end user's blocks as core_memory_blocks_current read them; a version that is still current is taken from
+    there, so only blocks edited since are looked up in their history."""
+    held = {b.label: b.value for b in current if versions.get(b.label) == b.version}
     older = [label for label in versions if label not in held]
-    if current is not None and not older:
+    if not older:
         return held
     rows = CoreMemoryBlockVersion.objects.filter(
         block__end_user_id=end_user_id, block__label__in=older
