@@ -62,6 +62,7 @@ class KnowledgeIndex:
         self.tenant_id = tenant_id
         self.fingerprint: tuple[Any, ...] | None = None
         self.documents: dict[str, list[int]] = {}  # document id -> its positions
+        self.processed: dict[str, Any] = {}  # document id -> its processed_at when loaded
         self.chunk_ids = array("q")
         self.position_of: dict[int, int] = {}  # chunk id -> position
         self.scope_codes = array("i")
@@ -84,13 +85,17 @@ class KnowledgeIndex:
         fingerprint = _FINGERPRINT.first(tenant_id=self.tenant_id) or (0, None, None)
         if fingerprint == self.fingerprint:
             return
-        current = {str(pk) for pk in ready.values_list("id", flat=True)}
-        for gone in set(self.documents) - current:
-            for position in self.documents.pop(gone):
+        current = {str(pk): processed for pk, processed in ready.values_list("id", "processed_at")}
+        # Gone, or processed again since it was loaded (its chunks' vectors embedded again, say): its
+        # positions die, and a document still ready is loaded anew.
+        for stale in [d for d in self.documents if d not in current or self.processed.get(d) != current[d]]:
+            for position in self.documents.pop(stale):
                 self.alive[position] = 0
-        new = current - set(self.documents)
+            self.processed.pop(stale, None)
+        new = set(current) - set(self.documents)
         if new:
             self._load(new)
+            self.processed.update((d, current[d]) for d in new)
         self.fingerprint = fingerprint
 
     def _load(self, document_ids: set[str]) -> None:

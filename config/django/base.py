@@ -456,6 +456,9 @@ if MNEMO_EMBEDDINGS not in ("auto", "local", "openai", "none"):
     raise ImproperlyConfigured("MNEMO_EMBEDDINGS must be auto, local, openai or none.")
 MNEMO_EMBEDDINGS_OPENAI_MODEL = env_str("MNEMO_EMBEDDINGS_OPENAI_MODEL")
 MNEMO_EMBEDDINGS_MODEL_PATH = env_str("MNEMO_EMBEDDINGS_MODEL_PATH")
+# The local model with int8 arithmetic, built once into VAR_DIR/models (providers.quantize); off: the shipped
+# model as it is (its vectors have another model name, so a switch means embeddings_backfill).
+MNEMO_EMBEDDINGS_INT8 = env_bool("MNEMO_EMBEDDINGS_INT8", default=True)
 # CPU threads one embedding call may use (a Celery worker with concurrency 1 on a dedicated host: its cores).
 MNEMO_EMBEDDINGS_THREADS = env_int("MNEMO_EMBEDDINGS_THREADS", 1, minimum=1)
 # Message vectors are computed in the background after every append (off: only manage.py embeddings_backfill).

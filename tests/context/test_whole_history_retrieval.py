@@ -158,7 +158,7 @@ def test_the_retrieval_index_reports_embedded_messages_and_an_outsider_gets_404(
     )
     url = f"/api/v1/conversations/{conversation.id}"
     before = owner.client.get(url).json()["retrieval_index"]
-    assert before == {"messages": 2, "embedded": 0, "model": embeddings.LocalMiniLM.name}
+    assert before == {"messages": 2, "embedded": 0, "model": embeddings.INT8_NAME}
 
     assert message_vectors_fill(conversation_id=conversation.id) == 2
     assert owner.client.get(url).json()["retrieval_index"]["embedded"] == 2

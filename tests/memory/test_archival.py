@@ -7,6 +7,7 @@ from memory.archival import archival_insert, archival_revert, archival_search, s
 from memory.facts import fact_signature, supersedes
 from memory.lexical import RRF_K, bm25_rank, rrf, tokens
 from memory.models import Actor, ArchivalMemory, MemoryOperation
+from providers import embeddings
 from tenants.services import end_user_get_or_create
 from tests.summaries.helpers import context, history
 
@@ -80,7 +81,7 @@ def test_hybrid_search_with_local_minilm_finds_paraphrases(owner, conversation, 
     ):
         body = insert(owner, text).json()
         assert body["degradations"] == []
-        assert body["memory"]["embedding_model"] == "all-MiniLM-L6-v2-onnx-int8"
+        assert body["memory"]["embedding_model"] == embeddings.INT8_NAME
     body = owner.client.get(f"{URL}/search", {"q": "food intolerance nuts"}).json()
     assert body["mode"] == "hybrid" and body["degradations"] == []
     assert body["results"][0]["memory"]["content"] == "Alice is allergic to peanuts."
