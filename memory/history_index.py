@@ -160,19 +160,23 @@ class ConversationIndex:
             self.missing_vectors.discard(position)
 
 
+def _last_seq(conversation_id: Any) -> Subquery:
+    """The conversation's last_seq, as an upper bound for a read of its newest rows by seq. PostgreSQL
+    estimates `seq > n` from the whole table's seq histogram, where long conversations' high seqs are most
+    rows: it took that for most of the conversation and read all of it by its foreign key instead of the
+    (conversation, seq) range (~10 ms at 10,000 messages beside a 100,000-message one for no new row,
+    bench/context_latency.py --profile; 0.9 ms at 1,000). A bound it cannot read while planning keeps the
+    range estimate small; every seq is at most last_seq (conversations.services allocates them from it)."""
+    return Subquery(Conversation.objects.filter(pk=conversation_id).values("last_seq")[:1])
+
+
 def _new_messages(conversation_id: Any, after: int) -> Any:
-    """The conversation's messages after `after`, bounded above by its last_seq too: PostgreSQL estimates
-    `seq > after` from the whole table's seq histogram (long conversations' high seqs), takes it for most
-    rows and scans the conversation's whole history by its foreign key instead of the (conversation, seq)
-    range, ~10 ms at 10,000 messages for none new (bench/context_latency.py --profile). A bound it cannot
-    read at planning keeps the range estimate small."""
-    last_seq = Conversation.objects.filter(pk=conversation_id).values("last_seq")[:1]
     return (
         Message.objects.filter(
             conversation_id=conversation_id,
             kind=Message.Kind.MESSAGE,
             seq__gt=after,
-            seq__lte=Subquery(last_seq),
+            seq__lte=_last_seq(conversation_id),
         )
         .order_by("seq")
         .values_list("id", "seq", "role", "content", "token_count", "created_at", "completed")
@@ -181,7 +185,7 @@ def _new_messages(conversation_id: Any, after: int) -> Any:
 
 def _new_vectors(conversation_id: Any, model: str, floor: int) -> Any:
     return MessageVector.objects.filter(
-        conversation_id=conversation_id, model=model, seq__gte=floor
+        conversation_id=conversation_id, model=model, seq__gte=floor, seq__lte=_last_seq(conversation_id)
     ).values_list("seq", "spans", "vectors", "dimension")
 
 
