@@ -24,7 +24,10 @@ REFRESH_BATCH = 64
 
 
 class Command(BaseCommand):
-    help = "Compute the retrieval vectors of messages that have none for the current embedding model."
+    help = (
+        "Compute the retrieval vectors of messages that have none for the current embedding model, and embed "
+        "again archival memories and knowledge chunks of another model (not with --conversation)."
+    )
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--tenant", help="Only this tenant (slug)")
