@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from providers.ranking import K1, RRF_K, B, Postings, Vectors, best_first, fuse, ranks, rrf
+from providers.ranking import K1, RRF_K, B, Postings, Vectors, best_first, best_positions, fuse, ranks, rrf
 
 
 def _table(*documents: str) -> Postings:
@@ -181,3 +181,28 @@ def test_best_first_takes_positive_scores_best_first_ties_by_position():
 def test_rrf_of_key_lists_sums_over_the_lists_a_key_appears_in():
     assert rrf(["a", "b"], ["b"], k=10) == {"a": 1 / 11, "b": 1 / 12 + 1 / 11}
     assert rrf() == {}
+
+
+def _exact_best(values: np.ndarray, count: int, where: np.ndarray) -> set[int]:
+    allowed = np.flatnonzero(where)
+    return set(allowed[np.argsort(-values[allowed], kind="stable")][:count].tolist())
+
+
+def test_best_positions_of_a_large_array_are_those_a_full_sort_finds():
+    rng = np.random.default_rng(11)
+    for size, count in ((117_000, 1000), (60_000, 200), (5_000, 200), (300, 50)):
+        values = rng.standard_normal(size).astype(np.float32)
+        everything = np.ones(size, dtype=bool)
+        assert set(best_positions(values, count).tolist()) == _exact_best(values, count, everything)
+        some = rng.random(size) < 0.7
+        assert set(best_positions(values, count, some).tolist()) == _exact_best(values, count, some)
+    assert best_positions(values, 0).tolist() == []
+
+
+def test_best_positions_when_the_allowed_values_lie_below_the_sampled_threshold():
+    """The sample's threshold is read off all values: where the best ones are not allowed, fewer than
+    `count` pass it and the allowed values are partitioned whole."""
+    values = np.arange(100_000, dtype=np.float32)
+    low = values < 50_000
+    assert sorted(best_positions(values, 100, low).tolist()) == list(range(49_900, 50_000))
+    assert sorted(best_positions(values, 100, values < 30).tolist()) == list(range(30))

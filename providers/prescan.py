@@ -1,0 +1,92 @@
+"""An int8 first pass over a large table of vectors (providers.ranking.Vectors): the table's rows, a block of
+BLOCK_ROWS at a time, stored as int8 (each row scaled by its largest component) inside an onnxruntime
+session that multiplies a question's vector with them on the CPU's int8 instructions
+(com.microsoft.DynamicQuantizeMatMul, the block packed once when the session is built).
+
+A float32 matrix-vector product reads four bytes per component and is bound by memory bandwidth: ~14 ms of
+one core for the ~117,000 passage vectors of a 100,000-message conversation. The int8 blocks read a quarter of
+that and stay in cache a block at a time: ~1 ms for the same rows on this machine. Their scores are within a
+few thousandths of the exact cosines, so the caller scores the best RESCORE_ROWS rows again in float32 and
+those (every row a search ranks) are exact.
+
+Nothing is downloaded: the graph is built here with the `onnx` package. Without it or onnxruntime, or when a
+block cannot be built, `int8_block` returns None and the caller scores every row in float32."""
+
+import logging
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+# Rows per int8 block: a block costs ~10 ms to build (once, when the table has grown past it) and the rows
+# beyond the last full block (fewer than this) are scored in float32.
+BLOCK_ROWS = 8192
+# How many of the best int8 scores are computed again in float32: five times the fusion depth of the history
+# index (memory.history_index.FUSION_DEPTH), so the rows it ranks carry exact cosines.
+RESCORE_ROWS = 1000
+
+
+class Int8Block:
+    """Rows of a vector table as int8 with a scale per row, and a session computing their dot products with
+    a float32 query (the query quantised per call)."""
+
+    def __init__(self, session: Any) -> None:
+        self._session = session
+
+    def scores(self, query: np.ndarray) -> np.ndarray:
+        """Approximate dot product of each row with `query` (float32, one per row)."""
+        return self._session.run(None, {"query": query.reshape(1, -1)})[0].ravel()
+
+
+_unavailable: list[str] = []  # why blocks cannot be built here, once it is known
+
+
+def int8_block(rows: np.ndarray) -> Int8Block | None:
+    """The int8 block of `rows` (float32, one vector per row); None when blocks cannot be built in this
+    process (the first failure is logged and remembered: no retry per search)."""
+    if _unavailable:
+        return None
+    try:
+        return Int8Block(_session(rows))
+    except Exception as exc:  # no onnx/onnxruntime, a build without the contrib operator, no memory
+        _unavailable.append(f"{type(exc).__name__}: {exc}")
+        logger.warning("int8 prescan unavailable (%s); vectors are scored in float32", _unavailable[0])
+        return None
+
+
+def quantise_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row as int8 (-127..127) and the scale that brings it back: row ~= int8 row * scale."""
+    largest = np.abs(rows).max(axis=1)
+    scales = np.where(largest > 0, largest / 127, 1.0).astype(np.float32)
+    quantised = np.clip(np.rint(rows / scales[:, None]), -127, 127).astype(np.int8)
+    return quantised, scales
+
+
+def _session(rows: np.ndarray) -> Any:
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    quantised, scales = quantise_rows(rows)
+    columns = numpy_helper.from_array(np.ascontiguousarray(quantised.T), "rows")
+    column_scales = numpy_helper.from_array(scales, "scales")
+    node = helper.make_node(
+        "DynamicQuantizeMatMul", ["query", "rows", "scales"], ["scores"], domain="com.microsoft"
+    )
+    graph = helper.make_graph(
+        [node],
+        "int8_prescan",
+        [helper.make_tensor_value_info("query", TensorProto.FLOAT, [1, rows.shape[1]])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, len(rows)])],
+        initializer=[columns, column_scales],
+    )
+    opsets = [helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(
+        model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"]
+    )
