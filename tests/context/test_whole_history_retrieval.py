@@ -225,3 +225,22 @@ def test_vectors_computed_after_the_index_was_read_reach_it(conversation, local_
     index = history_index.conversation_index(conversation.id)
     assert not index.missing_vectors
     assert len(index.vectors) == 4
+
+
+def test_a_backlog_with_no_new_vector_is_not_read_again(conversation, local_embeddings, monkeypatch):
+    """Vectors off on append (or a worker behind): each call probes for a new vector with one fixed
+    statement instead of opening the chunked read over the whole backlog to find nothing."""
+    from memory import history_index
+
+    append(conversation, *[{"role": "user", "content": f"Note {n} about the garden shed."} for n in range(4)])
+    monkeypatch.setattr(history_index, "FIXED_VECTOR_READ", 1)  # 4 missing: a backlog
+    history_index.conversation_index(conversation.id)
+    chunked = []
+    real = history_index._new_vectors
+    monkeypatch.setattr(history_index, "_new_vectors", lambda *a: chunked.append(a) or real(*a))
+    index = history_index.conversation_index(conversation.id)
+    assert (chunked, len(index.missing_vectors)) == ([], 4)
+
+    message_vectors_fill(conversation_id=conversation.id, limit=2)
+    index = history_index.conversation_index(conversation.id)
+    assert len(chunked) == 1 and len(index.missing_vectors) == 2
