@@ -5,7 +5,7 @@ session that multiplies a question's vector with them on the CPU's int8 instruct
 
 A float32 matrix-vector product reads four bytes per component and is bound by memory bandwidth: ~14 ms of
 one core for the ~117,000 passage vectors of a 100,000-message conversation. The int8 blocks read a quarter of
-that and stay in cache a block at a time: ~1 ms for the same rows on this machine. Their scores are within a
+that: ~3.5 ms for the same rows on this machine (docs/benchmarks.md). Their scores are within a
 few thousandths of the exact cosines, so the caller scores the best RESCORE_ROWS rows again in float32 and
 those (every row a search ranks) are exact.
 
@@ -19,7 +19,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-# Rows per int8 block: a block costs ~10 ms to build (once, when the table has grown past it) and the rows
+# Rows per int8 block: a block costs ~12 ms to build (once, when the table has grown past it) and the rows
 # beyond the last full block (fewer than this) are scored in float32.
 BLOCK_ROWS = 8192
 # How many of the best int8 scores are computed again in float32: five times the fusion depth of the history

@@ -243,8 +243,9 @@ SAMPLE_PER_BEST = 16
 def best_positions(values: np.ndarray, count: int, where: np.ndarray | None = None) -> np.ndarray:
     """Positions of the `count` largest values (among those `where` holds; all of them when fewer), in no
     particular order. In a large array only the values above a threshold are partitioned: the threshold
-    that a strided sample puts at about twice `count` (~0.1 ms for 117,000 values, where a partition of all
-    of them took ~1.5 ms); when fewer than `count` of the allowed values pass it, all of them are."""
+    that a strided sample puts at about twice `count` (the best 1,000 of 117,000 values: 0.22 ms, where a
+    partition of all of them took 1.57 ms); when fewer than `count` of the allowed values pass it, all of
+    them are."""
     if count <= 0:
         return np.zeros(0, dtype=np.int64)
     allowed = np.ones(len(values), dtype=bool) if where is None else where
