@@ -239,19 +239,22 @@ def search(
     kinds: set[str] | None = None,
     limit: int = 10,
 ) -> list[KnowledgeHit]:
-    """The best `limit` chunks in the given scopes, best first."""
-    if not len(index):
-        return []
-    eligible = index.eligible(scope_keys, kinds)
-    lexical = index.postings.bm25(query_terms(query))
-    similarity = index.vectors.similarity(query_vector, len(index))
-    symbol = _symbol_scores(index, query)
-    code = np.frombuffer(index.kinds, dtype=np.int8) == KIND_CODES[Document.Kind.CODE]
-    vector_weight = np.where(code, CODE_VECTOR_WEIGHT, VECTOR_WEIGHT)
-    rankings = ((LEXICAL_WEIGHT, lexical), (vector_weight, similarity), (SYMBOL_WEIGHT, symbol))
-    fused = fuse(rankings, eligible, FUSION_DEPTH)
-    best = best_first(fused, limit * 2)  # room for chunks deleted meanwhile
-    chunk_ids = [index.chunk_ids[i] for i in best.tolist()]
+    """The best `limit` chunks in the given scopes, best first. Scored under the index's lock, as sync() is:
+    another request may be adding chunks meanwhile, and the postings' arrays cannot grow while numpy reads
+    them."""
+    with index.lock:
+        if not len(index):
+            return []
+        eligible = index.eligible(scope_keys, kinds)
+        lexical = index.postings.bm25(query_terms(query))
+        similarity = index.vectors.similarity(query_vector, len(index))
+        symbol = _symbol_scores(index, query)
+        code = np.frombuffer(index.kinds, dtype=np.int8) == KIND_CODES[Document.Kind.CODE]
+        vector_weight = np.where(code, CODE_VECTOR_WEIGHT, VECTOR_WEIGHT)
+        rankings = ((LEXICAL_WEIGHT, lexical), (vector_weight, similarity), (SYMBOL_WEIGHT, symbol))
+        fused = fuse(rankings, eligible, FUSION_DEPTH)
+        best = best_first(fused, limit * 2)  # room for chunks deleted meanwhile
+        chunk_ids = [index.chunk_ids[i] for i in best.tolist()]
     rows = Chunk.objects.defer("embedding").select_related("document").in_bulk(chunk_ids)
     hits = []
     for i, pk in zip(best.tolist(), chunk_ids, strict=True):

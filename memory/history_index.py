@@ -233,7 +233,23 @@ def search(
     messages' times `user_prior`: weighed before the best are chosen, so that a long reply's many passages
     cannot crowd the user's messages out of the `limit`). With `user_apart`, each side is ranked among its own
     passages (to FUSION_DEPTH each) before the prior: a question about what the user said reaches the user's
-    messages however far down the assistant's long replies push them in one ranking of both."""
+    messages however far down the assistant's long replies push them in one ranking of both.
+
+    Under the index's lock, as sync() is: another request's call on the same conversation may be adding
+    passages and vectors meanwhile, and the postings' arrays cannot grow while numpy reads them."""
+    with index.lock:
+        return _search(index, query, query_vector, before_seq, limit, user_prior, user_apart)
+
+
+def _search(
+    index: ConversationIndex,
+    query: str,
+    query_vector: np.ndarray | None,
+    before_seq: int,
+    limit: int,
+    user_prior: float,
+    user_apart: bool,
+) -> list[PassageHit]:
     if not index.passages:
         return []
     owner = np.frombuffer(index.passage_owner, dtype=np.int32)
@@ -268,8 +284,9 @@ def search(
 def lexical_shares(index: ConversationIndex, query: str, texts: list[str]) -> list[float]:
     """The lexical score a passage holding each text would get for `query` in this conversation (PassageHit's
     `lexical`): hits from elsewhere (archival memories) on the same scale as the history's."""
-    query_terms = terms(query)
-    return [round(index.postings.share(query_terms, Counter(terms(text))), 4) for text in texts]
+    query_terms, counts = terms(query), [Counter(terms(text)) for text in texts]
+    with index.lock:  # as search()
+        return [round(index.postings.share(query_terms, c), 4) for c in counts]
 
 
 # --- the per-process cache --------------------------------------------------------------------------------

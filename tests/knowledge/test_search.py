@@ -169,3 +169,14 @@ def test_pg_trgm_and_the_portable_similarity_agree(owner, settings):
     portable = index.symbol_similarity("fetch customer acount")
     assert database.max() > 0.3
     assert abs(database - portable).max() < 1e-4
+
+
+def test_chunks_are_scored_under_the_index_lock(owner, monkeypatch):
+    """As the history index: a sync() of another request may add chunks while this one scores."""
+    upload(owner, ("billing.py", PYTHON_SOURCE))
+    index = knowledge_index(owner.tenant.id)
+    held = []
+    bm25 = index.postings.bm25
+    monkeypatch.setattr(index.postings, "bm25", lambda *a: held.append(index.lock.locked()) or bm25(*a))
+    assert search(owner, "get user name")
+    assert held == [True] and not index.lock.locked()

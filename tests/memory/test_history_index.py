@@ -121,3 +121,20 @@ def test_with_the_user_apart_a_user_message_past_the_fusion_depth_is_reached(con
     assert set(found(index, limit=10, user_prior=10.0)) == {1}
     assert set(found(index, limit=10, user_prior=10.0, user_apart=True)) == {1, 2}
     assert found(index, limit=1, user_prior=10.0, user_apart=True) == [2]  # and the prior puts it first
+
+
+def test_search_reads_the_index_under_its_lock(conversation, monkeypatch):
+    """Another request's sync() may add passages and vectors while this one searches: the postings' arrays
+    cannot grow while numpy reads them, nor the vector rows be written twice."""
+    append(conversation, {"role": "user", "content": "The red kettle is in the attic."})
+    index = conversation_index(conversation.id)
+    held = []
+    bm25, similarity, share = index.postings.bm25, index.vectors.similarity, index.postings.share
+    monkeypatch.setattr(index.postings, "bm25", lambda *a: held.append(index.lock.locked()) or bm25(*a))
+    monkeypatch.setattr(
+        index.vectors, "similarity", lambda *a: held.append(index.lock.locked()) or similarity(*a)
+    )
+    monkeypatch.setattr(index.postings, "share", lambda *a: held.append(index.lock.locked()) or share(*a))
+    assert search(index, query="red kettle", query_vector=None, before_seq=10, limit=3)
+    assert history_index.lexical_shares(index, "red kettle", ["a red kettle"])[0] > 0
+    assert held == [True, True, True] and not index.lock.locked()
