@@ -71,7 +71,7 @@ def test_without_onnxruntime_every_row_is_scored_exactly_and_the_failure_is_logg
     def unavailable(rows):
         raise ImportError("No module named 'onnxruntime'")
 
-    monkeypatch.setattr(prescan, "_session", unavailable)
+    monkeypatch.setattr(prescan, "_block", unavailable)
     matrix = _table(500)
     vectors = _filled(matrix)
     for seed in range(3):
