@@ -11,6 +11,7 @@ import re
 import threading
 import uuid
 from array import array
+from bisect import bisect_right
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -89,9 +90,9 @@ class ConversationIndex:
         self.by_seq: dict[int, int] = {}
         self.passages: list[Passage] = []
         self.postings = Postings()  # BM25 over the passages
-        self.passage_owner = array("i")  # passage -> position of its message
         self.message_seqs = array("q")
-        self.message_from_user = array("b")  # per message position: 1 when the user said it
+        self.message_first_passage = array("i")  # per message position: its first passage (or the next's)
+        self.passage_from_user = array("b")  # per passage: 1 when the user said its message
         self.indexed_seq = 0
         self.incomplete: set[int] = set()
         self.vectors = Vectors()  # of the passages that have one
@@ -122,14 +123,14 @@ class ConversationIndex:
     def _add(self, pk: Any, seq: int, role: str, content: str, tokens: int, created: Any, done: bool) -> None:
         position = len(self.messages)
         message = IndexedMessage(str(pk), seq, role, created, tokens, done)
+        self.message_first_passage.append(len(self.passages))
         for start, end in passage_spans(content):
             message.passages.append(len(self.passages))
             self.passages.append(Passage(position, start, end))
             self.postings.add(Counter(terms(content[start:end])))
-            self.passage_owner.append(position)
+            self.passage_from_user.append(role == Message.Role.USER)
         self.messages.append(message)
         self.message_seqs.append(seq)
-        self.message_from_user.append(role == Message.Role.USER)
         self.by_seq[seq] = position
         self.indexed_seq = max(self.indexed_seq, seq)
         if not done:
@@ -252,16 +253,15 @@ def _search(
 ) -> list[PassageHit]:
     if not index.passages:
         return []
-    owner = np.frombuffer(index.passage_owner, dtype=np.int32)
-    seqs = np.frombuffer(index.message_seqs, dtype=np.int64)
-    eligible = seqs[owner] <= before_seq
+    eligible = np.zeros(len(index.passages), dtype=bool)
+    eligible[: _passages_until(index, before_seq)] = True
     lexical = index.postings.bm25(terms(query))
     similarity = index.vectors.similarity(query_vector, len(index.passages))
     rankings = ((LEXICAL_WEIGHT, lexical), (VECTOR_WEIGHT, similarity))
     if user_prior == 1.0:
         fused = fuse(rankings, eligible, FUSION_DEPTH)
     else:
-        from_user = np.frombuffer(index.message_from_user, dtype=np.int8)[owner].astype(bool)
+        from_user = np.frombuffer(index.passage_from_user, dtype=np.bool_)
         if user_apart:
             fused = fuse(rankings, eligible & ~from_user, FUSION_DEPTH)
             fused += user_prior * fuse(rankings, eligible & from_user, FUSION_DEPTH)
@@ -279,6 +279,15 @@ def _search(
         )
         for i in best_first(fused, limit).tolist()
     ]
+
+
+def _passages_until(index: ConversationIndex, seq: int) -> int:
+    """How many passages belong to messages with a seq up to `seq`: passages are added in seq order, so
+    those are a prefix (found by bisection, instead of comparing every passage's seq)."""
+    messages = bisect_right(index.message_seqs, seq)
+    if messages == len(index.messages):
+        return len(index.passages)
+    return index.message_first_passage[messages]
 
 
 def lexical_shares(index: ConversationIndex, query: str, texts: list[str]) -> list[float]:

@@ -138,3 +138,25 @@ def test_search_reads_the_index_under_its_lock(conversation, monkeypatch):
     assert search(index, query="red kettle", query_vector=None, before_seq=10, limit=3)
     assert history_index.lexical_shares(index, "red kettle", ["a red kettle"])[0] > 0
     assert held == [True, True, True] and not index.lock.locked()
+
+
+def test_the_passages_a_search_may_return_are_those_of_messages_up_to_its_seq():
+    """Passages are added in seq order: those of messages up to a seq are a prefix, a message without text
+    (tool calls only) holding none."""
+    from datetime import UTC, datetime
+
+    index = history_index.ConversationIndex("conversation")
+    long = "\n\n".join(" ".join(["alpha"] * 150) for _ in range(2))
+    for seq, role, content in (
+        (1, "user", long),
+        (2, "assistant", ""),
+        (3, "user", "beta"),
+        (5, "tool", "x"),
+    ):
+        index._add(f"m{seq}", seq, role, content, 10, datetime.now(UTC), True)
+    assert len(index.passages) == 4
+    until = [history_index._passages_until(index, seq) for seq in (0, 1, 2, 3, 4, 5, 99)]
+    assert until == [0, 2, 2, 3, 3, 4, 4]
+    assert index.passage_from_user.tolist() == [1, 1, 1, 0]
+    hits = search(index, query="alpha beta", query_vector=None, before_seq=2, limit=5)
+    assert {h.message.seq for h in hits} == {1}
