@@ -160,3 +160,17 @@ def test_the_passages_a_search_may_return_are_those_of_messages_up_to_its_seq():
     assert index.passage_from_user.tolist() == [1, 1, 1, 0]
     hits = search(index, query="alpha beta", query_vector=None, before_seq=2, limit=5)
     assert {h.message.seq for h in hits} == {1}
+
+
+def test_a_whole_index_is_kept_out_of_the_garbage_collectors_walks(conversation):
+    """gc.freeze after the first whole read: full collections no longer walk the index's objects."""
+    import gc
+
+    append(conversation, {"role": "user", "content": "The red kettle is in the attic."})
+    before = gc.get_freeze_count()
+    index = conversation_index(conversation.id)
+    assert gc.get_freeze_count() > before
+    frozen = gc.get_freeze_count()
+    append(conversation, {"role": "user", "content": "The blue kettle is in the shed."})
+    assert conversation_index(conversation.id) is index and gc.get_freeze_count() <= frozen  # catch-up only
+    gc.unfreeze()
