@@ -175,10 +175,11 @@ def keep_out_of_collections() -> None:
     tens of thousands of long-lived objects, and each full collection walked all of them. On one BEAM-128K
     conversation's index, replaying its questions in process: a 97 ms pause on one call, and 28-32 ms calls
     against 19-20 ms once frozen; with forty indexes in the server a call took 284 ms (bench/
-    evidence_recall.py). Frozen objects are still freed when nothing refers to them (an index dropped from
-    the cache goes as before); only cyclic garbage alive at this moment is kept, which the collection of the
-    young generations just before keeps small."""
-    gc.collect(1)
+    evidence_recall.py). A full collection first: garbage frozen would never be collected, and a cycle
+    holding an open database cursor kept SQLite's table locked for every other connection. It walks only
+    what is not frozen yet, so after the first index it is short. Frozen objects are still freed when
+    nothing refers to them (an index dropped from the cache goes as before)."""
+    gc.collect()
     gc.freeze()
 
 
