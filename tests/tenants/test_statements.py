@@ -89,3 +89,40 @@ def test_none_and_unsupported_shapes_are_refused():
     )
     with pytest.raises(ValueError, match="not supported"):
         values.run(conversation_id=uuid.uuid4())
+
+
+def _synchronous_commit() -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_atomic_unflushed_skips_the_flush_wait_only_for_its_own_outermost_transaction():
+    from django.db import connection, transaction
+
+    from tenants.statements import atomic_unflushed
+
+    if connection.vendor != "postgresql":
+        pytest.skip("synchronous_commit is PostgreSQL's (set DATABASE_URL)")
+    assert _synchronous_commit() == "on"
+    with atomic_unflushed():
+        assert _synchronous_commit() == "off"
+    assert _synchronous_commit() == "on"  # SET LOCAL ends with the transaction
+    with transaction.atomic(), atomic_unflushed():
+        assert _synchronous_commit() == "on"  # a caller's transaction keeps its durability
+
+
+@pytest.mark.django_db(transaction=True)
+def test_atomic_unflushed_is_a_transaction_on_every_database():
+    from conversations.models import Conversation
+    from tenants.statements import atomic_unflushed
+
+    conversation = ConversationFactory()
+    with pytest.raises(RuntimeError), atomic_unflushed():
+        Conversation.objects.filter(pk=conversation.pk).update(title="half-written")
+        raise RuntimeError
+    conversation.refresh_from_db()
+    assert conversation.title != "half-written"
