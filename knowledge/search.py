@@ -23,7 +23,7 @@ from django.db.models import Count, Max, Sum
 from knowledge.identifiers import looks_like_a_name, query_terms, symbol_words, terms, trigrams
 from knowledge.models import Chunk, Document, scope_key
 from providers.embeddings import embed_query, embedder_status, from_bytes
-from providers.ranking import Postings, Vectors, best_first, fuse
+from providers.ranking import Postings, Vectors, best_first, both_scores, fuse
 from tenants.statements import FixedQuery
 
 FUSION_DEPTH = 200
@@ -246,8 +246,9 @@ def search(
         if not len(index):
             return []
         eligible = index.eligible(scope_keys, kinds)
-        lexical = index.postings.bm25(query_terms(query))
-        similarity = index.vectors.similarity(query_vector, len(index))
+        lexical, similarity = both_scores(
+            index.postings, index.vectors, query_terms(query), query_vector, len(index)
+        )
         symbol = _symbol_scores(index, query)
         code = np.frombuffer(index.kinds, dtype=np.int8) == KIND_CODES[Document.Kind.CODE]
         vector_weight = np.where(code, CODE_VECTOR_WEIGHT, VECTOR_WEIGHT)

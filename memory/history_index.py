@@ -28,7 +28,7 @@ from conversations.models import Conversation, Message, MessageVector
 from providers.background import server_handler, server_notify
 from providers.embeddings import embedder_status, from_bytes
 from providers.passages import passage_spans
-from providers.ranking import Postings, Vectors, best_first, fuse
+from providers.ranking import Postings, Vectors, best_first, both_scores, fuse
 from providers.text import CJK, PASSAGE_STOPWORDS
 from tenants.statements import FixedQuery
 
@@ -272,8 +272,9 @@ def _search(
         return []
     eligible = np.zeros(len(index.passages), dtype=bool)
     eligible[: _passages_until(index, before_seq)] = True
-    lexical = index.postings.bm25(terms(query))
-    similarity = index.vectors.similarity(query_vector, len(index.passages))
+    lexical, similarity = both_scores(
+        index.postings, index.vectors, terms(query), query_vector, len(index.passages)
+    )
     rankings = ((LEXICAL_WEIGHT, lexical), (VECTOR_WEIGHT, similarity))
     if user_prior == 1.0:
         fused = fuse(rankings, eligible, FUSION_DEPTH)

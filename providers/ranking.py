@@ -6,8 +6,10 @@ An item is a position (0, 1, 2, … in the order items were added); what the ite
 cut and which of them a search may return stay with each index."""
 
 import math
+import threading
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -223,6 +225,31 @@ class Vectors:
                 buffer[: len(self._keys)] = self._buffer[: len(self._keys)]
             self._buffer = buffer
         return self._buffer
+
+
+# From how many stored vectors a search scans them on a helper thread while it scores BM25 (both_scores).
+OVERLAP_VECTORS = 2 * prescan.BLOCK_ROWS
+_helper: ThreadPoolExecutor | None = None
+_helper_lock = threading.Lock()
+
+
+def both_scores(
+    postings: Postings, vectors: "Vectors", query_terms: list[str], query_vector: np.ndarray | None, size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(BM25 scores, cosine similarities) of the first `size` items. With many vectors the scan runs on a
+    helper thread meanwhile: onnxruntime and numpy's matrix product release the GIL, so on a large
+    conversation the two overlap instead of adding up. Below OVERLAP_VECTORS handing the scan over would
+    cost more than it saves. The caller holds the index's lock throughout (it waits for the scan here)."""
+    global _helper
+    if query_vector is None or len(vectors) < OVERLAP_VECTORS:
+        return postings.bm25(query_terms), vectors.similarity(query_vector, size)
+    with _helper_lock:
+        if _helper is None:
+            # A few workers: concurrent requests on different indexes should not queue behind one scan.
+            _helper = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mnemo-vector-scan")
+        scan = _helper.submit(vectors.similarity, query_vector, size)
+    lexical = postings.bm25(query_terms)
+    return lexical, scan.result()
 
 
 def ranks(scores: np.ndarray, eligible: np.ndarray, depth: int) -> np.ndarray:

@@ -7,6 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from providers import ranking
 from providers.ranking import K1, RRF_K, B, Postings, Vectors, best_first, best_positions, fuse, ranks, rrf
 
 
@@ -206,3 +207,48 @@ def test_best_positions_when_the_allowed_values_lie_below_the_sampled_threshold(
     low = values < 50_000
     assert sorted(best_positions(values, 100, low).tolist()) == list(range(49_900, 50_000))
     assert sorted(best_positions(values, 100, values < 30).tolist()) == list(range(30))
+
+
+def _postings_and_vectors(count: int) -> tuple[Postings, Vectors]:
+    rng = np.random.default_rng(5)
+    postings, vectors = Postings(), Vectors()
+    for position in range(count):
+        postings.add(Counter({"export": position % 3, f"w{position % 7}": 1}))
+        vectors[position] = rng.standard_normal(8).astype(np.float32)
+    return postings, vectors
+
+
+def test_both_scores_on_a_large_table_scans_vectors_on_a_helper_thread_with_the_same_result(monkeypatch):
+    import threading
+
+    postings, vectors = _postings_and_vectors(50)
+    query = np.ones(8, dtype=np.float32)
+    expected = (postings.bm25(["export", "w3"]), vectors.similarity(query, 50))
+    scanned_on = []
+    similarity = vectors.similarity
+
+    def recorded(*args):
+        scanned_on.append(threading.current_thread().name)
+        return similarity(*args)
+
+    monkeypatch.setattr(vectors, "similarity", recorded)
+    monkeypatch.setattr(ranking, "OVERLAP_VECTORS", 10)
+    lexical, cosines = ranking.both_scores(postings, vectors, ["export", "w3"], query, 50)
+    assert lexical.tolist() == expected[0].tolist() and cosines.tolist() == expected[1].tolist()
+    assert scanned_on[0].startswith("mnemo-vector-scan")
+
+    monkeypatch.setattr(ranking, "OVERLAP_VECTORS", 100)  # a small table: scanned here
+    ranking.both_scores(postings, vectors, ["export"], query, 50)
+    assert scanned_on[1] == threading.current_thread().name
+
+
+def test_both_scores_raises_what_the_scan_raises(monkeypatch):
+    postings, vectors = _postings_and_vectors(20)
+
+    def broken(*args):
+        raise MemoryError
+
+    monkeypatch.setattr(vectors, "similarity", broken)
+    monkeypatch.setattr(ranking, "OVERLAP_VECTORS", 10)
+    with pytest.raises(MemoryError):
+        ranking.both_scores(postings, vectors, ["export"], np.ones(8, dtype=np.float32), 20)
