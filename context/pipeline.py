@@ -36,7 +36,7 @@ from providers.model_table import ModelInfo, is_known_model, model_info
 from providers.tokens import MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS, count_message, truncate_text
 from tenants.errors import ApplicationError
 from tenants.settings_schema import settings_read
-from tenants.statements import FixedQuery, atomic_unflushed
+from tenants.statements import FixedQuery
 
 logger = logging.getLogger(__name__)
 
@@ -738,10 +738,7 @@ def context_assemble(*, conversation: Conversation, request: ContextRequest) -> 
         # and the load stage read the database (a stored question starts in the load stage).
         embed_query_ahead(focused(request.user_message))
     state = prepare(conversation=conversation, request=request)
-    # A context call writes statistics and derived state only (prefix hints, its cache-usage row, the
-    # window start, core-memory snapshots), none of which a crash must keep: its commit need not wait for
-    # the disk.
-    with atomic_unflushed():
+    with transaction.atomic():
         for name in STAGES:
             started = time.perf_counter()
             STAGE_FUNCTIONS[name](state)

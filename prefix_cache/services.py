@@ -32,7 +32,7 @@ from providers.metrics import cache_usage_observe
 from providers.model_table import model_info
 from tenants.errors import ApplicationError
 from tenants.models import Tenant
-from tenants.statements import FixedQuery, atomic_unflushed
+from tenants.statements import FixedQuery
 
 logger = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ def cache_usage_report(
     info = model_info(conversation.model)
     default_provider = {"anthropic": "anthropic", "google": "gemini"}.get(info.provider, "openai")
     parsed = usage_parse(usage, provider=provider, default_provider=default_provider)
-    with atomic_unflushed():  # statistics: a crash may lose the newest reports
+    with transaction.atomic():
         pending = CacheUsage.objects.select_for_update().filter(conversation=conversation)
         if context_id is not None:
             row = _CONTEXT_CALL.first(conversation_id=conversation.pk, context_id=context_id)

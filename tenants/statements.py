@@ -5,14 +5,13 @@ to answer (~0.3 ms a query against ~0.1 ms of round trip, bench/context_latency.
 The sibling of tenants.scoping.ScopedRowLookup, for any queryset whose SQL depends only on which values
 are asked for, not on the values themselves (no `__in` lists, no None)."""
 
-import contextlib
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import connections
 from django.db.models import Model, QuerySet
 from django.db.models.query import FlatValuesListIterable, ModelIterable, ValuesListIterable
 
@@ -126,23 +125,3 @@ def _like(sample: Any, value: Any) -> Any:
     if isinstance(sample, int) and not isinstance(sample, bool):
         return int(value)
     return value
-
-
-@contextlib.contextmanager
-def atomic_unflushed(using: str = "default") -> Iterator[None]:
-    """A transaction whose commit does not wait for its WAL to reach the disk: PostgreSQL's
-    `synchronous_commit` off for this transaction alone, elsewhere a plain atomic block.
-
-    For transactions that write only what can be lost to a server crash without harm: statistics (prefix
-    hints, cache usage) and state derived again on the next call. Other sessions see the commit at once and
-    the database stays consistent; a crash can lose the last fraction of a second of such commits (three
-    times wal_writer_delay at most), never a message. The flush wait was ~1.5 ms of each commit on this
-    project's benchmark machine. Nested inside a caller's transaction it changes nothing: that transaction's
-    own writes keep their durability."""
-    connection = connections[using]
-    outermost = not connection.in_atomic_block
-    with transaction.atomic(using=using):
-        if outermost and connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SET LOCAL synchronous_commit TO OFF")
-        yield
