@@ -49,7 +49,8 @@ def test_rows_of_large_components_of_one_sign_do_not_saturate_the_int8_kernel():
 def test_quantised_rows_come_back_with_their_scale():
     matrix = _table(20)
     quantised, scales = prescan.quantise_rows(matrix)
-    assert quantised.dtype == np.int8 and np.abs(quantised).max(axis=1).tolist() == [prescan.QUANTISED_MAX] * 20
+    assert quantised.dtype == np.int8
+    assert np.abs(quantised).max(axis=1).tolist() == [prescan.QUANTISED_MAX] * 20
     assert np.abs(quantised * scales[:, None] - matrix).max() <= scales.max() / 2 + 1e-7
 
 
