@@ -234,7 +234,7 @@ _helper_lock = threading.Lock()
 
 
 def both_scores(
-    postings: Postings, vectors: "Vectors", query_terms: list[str], query_vector: np.ndarray | None, size: int
+    postings: Postings, vectors: Vectors, query_terms: list[str], query_vector: np.ndarray | None, size: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """(BM25 scores, cosine similarities) of the first `size` items. With many vectors the scan runs on a
     helper thread meanwhile: onnxruntime and numpy's matrix product release the GIL, so on a large

@@ -168,9 +168,12 @@ def test_a_whole_index_is_kept_out_of_the_garbage_collectors_walks(conversation)
 
     append(conversation, {"role": "user", "content": "The red kettle is in the attic."})
     before = gc.get_freeze_count()
-    index = conversation_index(conversation.id)
-    assert gc.get_freeze_count() > before
-    frozen = gc.get_freeze_count()
-    append(conversation, {"role": "user", "content": "The blue kettle is in the shed."})
-    assert conversation_index(conversation.id) is index and gc.get_freeze_count() <= frozen  # catch-up only
-    gc.unfreeze()
+    try:
+        index = conversation_index(conversation.id)
+        assert gc.get_freeze_count() > before
+        frozen = gc.get_freeze_count()
+        append(conversation, {"role": "user", "content": "The blue kettle is in the shed."})
+        assert conversation_index(conversation.id) is index
+        assert gc.get_freeze_count() <= frozen  # catch-up only
+    finally:
+        gc.unfreeze()  # the other tests' objects go back to the collector whatever happened here
