@@ -235,6 +235,17 @@ FIXED_VECTOR_READ = 500
 FUSION_DEPTH = 200
 LEXICAL_WEIGHT = 1.0
 VECTOR_WEIGHT = 1.5
+# The vector ranking compares the passages with the question less CENTRING times the mean of the
+# conversation's passage vectors: what every message of a long conversation shares (its project, its
+# subject) stops deciding which passages come first, and the part of the question that tells them apart
+# does. The cosines reported (PassageHit.similarity, the relevance a client reads) stay those with the
+# question itself. BEAM-128K, all 20, in-process on a copy of one load: ER 0.737 -> 0.743 at 2,000 tokens
+# (event ordering and multi-session reasoning up, information extraction down), 0.887 -> 0.888 at 8,000
+# with the exchange changes of context.retrieval; 1.0 took more than it gave (0.734 / 0.876 alone).
+CENTRING = 0.5
+# Centred cosines may be negative, and ranks() takes positive scores only: each passage that has a vector
+# is ranked by its centred cosine plus this (the largest a centred cosine can fall below zero is 1.5).
+CENTRED_SHIFT = 2.0
 
 
 def search(
@@ -272,10 +283,11 @@ def _search(
         return []
     eligible = np.zeros(len(index.passages), dtype=bool)
     eligible[: _passages_until(index, before_seq)] = True
-    lexical, similarity = both_scores(
-        index.postings, index.vectors, terms(query), query_vector, len(index.passages)
+    centred = _centred(query_vector, index.vectors.mean())
+    lexical, closeness = both_scores(
+        index.postings, index.vectors, terms(query), centred, len(index.passages), shift=CENTRED_SHIFT
     )
-    rankings = ((LEXICAL_WEIGHT, lexical), (VECTOR_WEIGHT, similarity))
+    rankings = ((LEXICAL_WEIGHT, lexical), (VECTOR_WEIGHT, closeness))
     if user_prior == 1.0:
         fused = fuse(rankings, eligible, FUSION_DEPTH)
     else:
@@ -293,10 +305,24 @@ def _search(
             end=index.passages[i].end,
             score=round(float(fused[i]), 6),
             lexical=round(float(lexical[i]), 4),
-            similarity=round(float(similarity[i]), 4),
+            similarity=_cosine(index.vectors.get(i), query_vector),
         )
         for i in best_first(fused, limit).tolist()
     ]
+
+
+def _centred(query_vector: np.ndarray | None, mean: np.ndarray | None) -> np.ndarray | None:
+    """The question's vector less CENTRING times the conversation's mean passage vector (see CENTRING)."""
+    if query_vector is None or mean is None or len(mean) != len(query_vector):
+        return query_vector
+    return np.asarray(query_vector, dtype=np.float32) - np.float32(CENTRING) * mean
+
+
+def _cosine(vector: np.ndarray | None, query_vector: np.ndarray | None) -> float:
+    """A hit's cosine with the question itself (0: no vector, or one of another dimension)."""
+    if vector is None or query_vector is None or len(vector) != len(query_vector):
+        return 0.0
+    return round(float(np.dot(vector, query_vector)), 4)
 
 
 def _passages_until(index: ConversationIndex, seq: int) -> int:

@@ -124,6 +124,7 @@ class Vectors:
 
     def _forget(self) -> None:
         self._vectors: dict[int, np.ndarray] = {}
+        self._sum: np.ndarray | None = None  # of every item's vector, for mean()
         self._row: dict[int, int] = {}  # item -> its row in the matrix
         self._keys = array("q")  # row -> item
         self._buffer: np.ndarray | None = None  # rows beyond len(self._keys) are spare capacity
@@ -135,8 +136,20 @@ class Vectors:
         return len(self._vectors)
 
     def __setitem__(self, position: int, vector: np.ndarray) -> None:
+        old = self._vectors.get(position)
+        if self._sum is None or len(self._sum) != len(vector):
+            self._sum = np.zeros(len(vector), dtype=np.float64)
+        elif old is not None and len(old) == len(vector):
+            self._sum -= old
+        self._sum += vector
         self._vectors[position] = vector
         self._pending[position] = None
+
+    def mean(self) -> np.ndarray | None:
+        """The mean of the items' vectors (None without any): what they all have in common."""
+        if self._sum is None or not self._vectors:
+            return None
+        return (self._sum / len(self._vectors)).astype(np.float32)
 
     def get(self, position: int) -> np.ndarray | None:
         """The item's vector, None when it has none."""
@@ -148,8 +161,10 @@ class Vectors:
             self.model = model
             self._forget()
 
-    def similarity(self, query_vector: np.ndarray | None, size: int) -> np.ndarray:
-        """Cosine of each of `size` items with the query (0: no vector, or one of another dimension)."""
+    def similarity(self, query_vector: np.ndarray | None, size: int, shift: float = 0.0) -> np.ndarray:
+        """Cosine of each of `size` items with the query (0: no vector, or one of another dimension), plus
+        `shift` for every item that has a vector (so that all of those are positive for ranks() when the query
+        is not a unit vector, e.g. a centred one)."""
         scores = np.zeros(size, dtype=np.float32)
         if query_vector is None or not self._vectors:
             return scores
@@ -159,9 +174,10 @@ class Vectors:
         query = np.asarray(query_vector, dtype=np.float32)
         if self._dense and len(matrix) <= size:
             self._row_scores(matrix, query, out=scores[: len(matrix)])
+            scores[: len(matrix)] += np.float32(shift)
         else:
             rows = self._row_scores(matrix, query, out=np.empty(len(matrix), dtype=np.float32))
-            scores[np.frombuffer(self._keys, dtype=np.int64)] = rows
+            scores[np.frombuffer(self._keys, dtype=np.int64)] = rows + np.float32(shift)
         return scores
 
     def _row_scores(self, matrix: np.ndarray, query: np.ndarray, *, out: np.ndarray) -> np.ndarray:
@@ -234,20 +250,26 @@ _helper_lock = threading.Lock()
 
 
 def both_scores(
-    postings: Postings, vectors: Vectors, query_terms: list[str], query_vector: np.ndarray | None, size: int
+    postings: Postings,
+    vectors: Vectors,
+    query_terms: list[str],
+    query_vector: np.ndarray | None,
+    size: int,
+    shift: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(BM25 scores, cosine similarities) of the first `size` items. With many vectors the scan runs on a
-    helper thread meanwhile: onnxruntime and numpy's matrix product release the GIL, so on a large
-    conversation the two overlap instead of adding up. Below OVERLAP_VECTORS handing the scan over would
-    cost more than it saves. The caller holds the index's lock throughout (it waits for the scan here)."""
+    """(BM25 scores, cosine similarities plus `shift`, see Vectors.similarity) of the first `size` items.
+    With many vectors the scan runs on a helper thread meanwhile: onnxruntime and numpy's matrix product
+    release the GIL, so on a large conversation the two overlap instead of adding up. Below OVERLAP_VECTORS
+    handing the scan over would cost more than it saves. The caller holds the index's lock throughout (it
+    waits for the scan here)."""
     global _helper
     if query_vector is None or len(vectors) < OVERLAP_VECTORS:
-        return postings.bm25(query_terms), vectors.similarity(query_vector, size)
+        return postings.bm25(query_terms), vectors.similarity(query_vector, size, shift)
     with _helper_lock:
         if _helper is None:
             # A few workers: concurrent requests on different indexes should not queue behind one scan.
             _helper = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mnemo-vector-scan")
-        scan = _helper.submit(vectors.similarity, query_vector, size)
+        scan = _helper.submit(vectors.similarity, query_vector, size, shift)
     lexical = postings.bm25(query_terms)
     return lexical, scan.result()
 

@@ -10,6 +10,7 @@ from context.retrieval import (
     EXCERPT_MIN_WORDS,
     MESSAGE_CANDIDATES,
     SAID_PRIOR,
+    SHORT_PARTNER_TOKENS,
     SUMMARY_QUESTION,
     USER_PRIOR,
     by_relevance,
@@ -175,8 +176,8 @@ def test_memories_are_placed_among_the_hits_by_relevance():
 
 
 def test_partners_follow_all_the_hits_except_for_a_summary_where_each_follows_its_own():
-    def hit(id_: str, **source) -> Item:
-        return Item(text=id_, tokens=1, source={"id": id_, **source}, score=0.01)
+    def hit(id_: str, tokens: int = SHORT_PARTNER_TOKENS + 1, **source) -> Item:
+        return Item(text=id_, tokens=tokens, source={"id": id_, **source}, score=0.01)
 
     hits = [hit("u1"), hit("a2"), hit("u3")]
     partners = {"u1": hit("a1", neighbour_of=1), "u3": hit("a3", neighbour_of=3)}
@@ -195,6 +196,25 @@ def test_partners_follow_all_the_hits_except_for_a_summary_where_each_follows_it
         "u3",
         "a3",
     ]
+
+
+def test_a_short_partner_follows_its_own_hit():
+    """The question that prompted an answer costs little beside it: right after its hit, while a long
+    partner waits until all the hits are placed."""
+
+    def hit(id_: str, tokens: int, **source) -> Item:
+        return Item(text=id_, tokens=tokens, source={"id": id_, **source}, score=0.01)
+
+    hits = [hit("a2", 300), hit("u3", 40), hit("a6", 300)]
+    partners = {
+        "a2": hit("u1", SHORT_PARTNER_TOKENS, neighbour_of=2),
+        "u3": hit("a4", 400, neighbour_of=3),
+        "a6": hit("u5", 20, neighbour_of=6),
+    }
+
+    placed = [i.source["id"] for i in with_partners(hits, partners, inline=False)]
+
+    assert placed == ["a2", "u1", "u3", "a6", "u5", "a4"]
 
 
 @pytest.mark.parametrize(
@@ -330,3 +350,27 @@ def test_asked_what_i_said_more_of_my_short_messages_are_candidates(owner, conve
 
     assert len(hits(asked)) == MESSAGE_CANDIDATES
     assert len(hits(said)) > MESSAGE_CANDIDATES
+
+
+def test_for_a_summary_an_exchange_whose_halves_both_match_comes_first():
+    from datetime import UTC, datetime
+
+    from context.retrieval import EXCHANGE_WEIGHT, exchange_scored
+    from memory.history_index import ConversationIndex, PassageHit
+
+    index = ConversationIndex("conversation")
+    for seq, role in ((1, "user"), (2, "assistant"), (3, "user"), (4, "assistant")):
+        index._add(f"m{seq}", seq, role, f"message {seq}", 10, datetime.now(UTC), True)
+
+    def hit(seq: int, score: float) -> PassageHit:
+        message = index.messages[seq - 1]
+        return PassageHit(message=message, start=0, end=9, score=score, lexical=0.0, similarity=0.0)
+
+    hits = [hit(3, 0.32), hit(1, 0.30), hit(2, 0.20)]  # the reply 4 to question 3 is no hit
+
+    scored = {h.message.seq: h.score for h in exchange_scored(index, hits)}
+
+    assert scored == pytest.approx(
+        {3: 0.32, 1: 0.30 + EXCHANGE_WEIGHT * 0.20, 2: 0.20 + EXCHANGE_WEIGHT * 0.30}
+    )
+    assert max(scored, key=scored.get) == 1

@@ -177,3 +177,36 @@ def test_a_whole_index_is_kept_out_of_the_garbage_collectors_walks(conversation)
         assert gc.get_freeze_count() <= frozen  # catch-up only
     finally:
         gc.unfreeze()  # the other tests' objects go back to the collector whatever happened here
+
+
+def _unit(*values: float):
+    import numpy as np
+
+    vector = np.array(values, dtype=np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+def test_what_the_whole_conversation_shares_does_not_decide_the_vector_ranking(monkeypatch):
+    """Eight messages about the conversation's subject and one about an aspect of it: a question naming
+    both is closer to the subject's messages by plain cosine, but the aspect is what tells the messages
+    apart, so the vector ranking compares them with the question less the conversation's mean vector. The
+    similarity a hit reports stays its cosine with the question."""
+    from datetime import UTC, datetime
+
+    index = history_index.ConversationIndex("conversation")
+    subject = [_unit(1, 0.05 * n, 0) for n in range(8)]
+    aspect = _unit(0.5, 0, 0.866)
+    for seq, vector in enumerate([*subject, aspect], start=1):
+        index._add(f"m{seq}", seq, "user", f"message {seq}", 10, datetime.now(UTC), True)
+        index.vectors[seq - 1] = vector
+    question = _unit(1, 0, 0.4)
+
+    def best(**options):
+        hits = search(index, query="nothing shared", query_vector=question, before_seq=99, limit=1, **options)
+        return hits[0]
+
+    hit = best()
+    assert hit.message.seq == 9
+    assert hit.similarity == pytest.approx(float(aspect @ question), abs=1e-4)
+    monkeypatch.setattr(history_index, "CENTRING", 0.0)
+    assert best().message.seq == 1  # by plain cosine the subject's first message comes first

@@ -252,3 +252,23 @@ def test_both_scores_raises_what_the_scan_raises(monkeypatch):
     monkeypatch.setattr(ranking, "OVERLAP_VECTORS", 10)
     with pytest.raises(MemoryError):
         ranking.both_scores(postings, vectors, ["export"], np.ones(8, dtype=np.float32), 20)
+
+
+def test_the_mean_of_the_vectors_follows_additions_and_replacements():
+    vectors = Vectors()
+    assert vectors.mean() is None
+    vectors[0] = _unit(1, 0)
+    vectors[3] = _unit(0, 1)
+    assert vectors.mean() == pytest.approx([0.5, 0.5])
+    vectors[3] = _unit(1, 0)  # a vector written again replaces its share of the mean
+    assert vectors.mean() == pytest.approx([1.0, 0.0])
+    vectors.use_model("other")
+    assert vectors.mean() is None
+
+
+def test_a_shift_is_added_to_the_items_that_have_a_vector_only():
+    vectors = Vectors()
+    vectors[0] = _unit(1, 0)
+    vectors[2] = _unit(-1, 0)
+    scores = vectors.similarity(np.array([0.5, 0.0], dtype=np.float32), 4, shift=2.0)
+    assert scores == pytest.approx([2.5, 0.0, 1.5, 0.0])
