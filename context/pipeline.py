@@ -56,8 +56,10 @@ SECTION_TOKENS = 16
 # share when the question has hits, the summaries (B4) at most SUMMARY_SHARE, and the history (B6) the rest.
 # BEAM-128K (all 20, in-process on a copy of one load, with the ranking of 2026-11-26): 0.75 -> 0.8 -> 0.85
 # -> 0.9 gave ER 0.743 -> 0.748 -> 0.752 -> 0.752 at 2,000 tokens and 0.888 -> 0.892 -> 0.896 -> 0.898 at
-# 8,000, while B6 went 1,068 -> 750 -> 419 -> 216 tokens at 8,000 (197 -> 147 -> 94 -> 88 at 2,000): past
-# 0.85 the newest exchange is cut to its heads at 8,000 too, for 0.002.
+# 8,000, while B6 went 1,068 -> 750 -> 419 -> 216 tokens at 8,000 (197 -> 147 -> 94 -> 88 at 2,000). At 0.85
+# a BEAM reply (977 tokens on average) in the newest exchange is shortened to its head at 8,000 too (360 of
+# 400 calls, 40 at 0.75), as the newest exchange is at 2,000: what it said that matches the question comes
+# back through B5. 0.9 would leave B6 half of that for 0.002.
 RETRIEVAL_SHARE = 0.85
 SUMMARY_SHARE = 0.1
 # How much B5 may take (retrieval_cap): all the free room up to RETRIEVAL_FILL_TOKENS at budgets up to
