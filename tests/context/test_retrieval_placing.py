@@ -10,7 +10,7 @@ from context.retrieval import (
     EXCERPT_MIN_WORDS,
     MESSAGE_CANDIDATES,
     SAID_PRIOR,
-    SHORT_PARTNER_TOKENS,
+    SHORT_PARTNER_SHARE,
     SUMMARY_QUESTION,
     USER_PRIOR,
     by_relevance,
@@ -176,7 +176,7 @@ def test_memories_are_placed_among_the_hits_by_relevance():
 
 
 def test_partners_follow_all_the_hits_except_for_a_summary_where_each_follows_its_own():
-    def hit(id_: str, tokens: int = SHORT_PARTNER_TOKENS + 1, **source) -> Item:
+    def hit(id_: str, tokens: int = 100, **source) -> Item:
         return Item(text=id_, tokens=tokens, source={"id": id_, **source}, score=0.01)
 
     hits = [hit("u1"), hit("a2"), hit("u3")]
@@ -198,23 +198,24 @@ def test_partners_follow_all_the_hits_except_for_a_summary_where_each_follows_it
     ]
 
 
-def test_a_short_partner_follows_its_own_hit():
-    """The question that prompted an answer costs little beside it: right after its hit, while a long
-    partner waits until all the hits are placed."""
+def test_a_partner_short_beside_its_hit_follows_it():
+    """The question that prompted a long answer costs little beside it: right after its hit, while a
+    partner as long as its hit (or longer) waits until all the hits are placed."""
 
     def hit(id_: str, tokens: int, **source) -> Item:
         return Item(text=id_, tokens=tokens, source={"id": id_, **source}, score=0.01)
 
-    hits = [hit("a2", 300), hit("u3", 40), hit("a6", 300)]
+    hits = [hit("a2", 300), hit("u3", 40), hit("a6", 300), hit("u7", 30)]
     partners = {
-        "a2": hit("u1", SHORT_PARTNER_TOKENS, neighbour_of=2),
+        "a2": hit("u1", int(300 * SHORT_PARTNER_SHARE), neighbour_of=2),
         "u3": hit("a4", 400, neighbour_of=3),
         "a6": hit("u5", 20, neighbour_of=6),
+        "u7": hit("a8", 30, neighbour_of=7),  # a chat's turns: as long as its hit
     }
 
     placed = [i.source["id"] for i in with_partners(hits, partners, inline=False)]
 
-    assert placed == ["a2", "u1", "u3", "a6", "u5", "a4"]
+    assert placed == ["a2", "u1", "u3", "a6", "u5", "u7", "a4", "a8"]
 
 
 @pytest.mark.parametrize(
