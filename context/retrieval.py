@@ -160,13 +160,18 @@ def _query_vector(state: ContextState, query: str) -> Any:
     return vector
 
 
-def _best_hits(hits: list[PassageHit], *, limit: int) -> dict[str, tuple[PassageHit, float]]:
-    """The best `limit` messages, best first, each with its best passage and its score."""
+def _best_per_message(hits: list[PassageHit]) -> dict[str, tuple[PassageHit, float]]:
+    """Each message of the hits with its best passage and that passage's score."""
     best: dict[str, tuple[PassageHit, float]] = {}
     for hit in hits:
         if hit.message.id not in best or hit.score > best[hit.message.id][1]:
             best[hit.message.id] = (hit, hit.score)
-    ranked = sorted(best.items(), key=lambda entry: -entry[1][1])[:limit]
+    return best
+
+
+def _best_hits(hits: list[PassageHit], *, limit: int) -> dict[str, tuple[PassageHit, float]]:
+    """The best `limit` messages, best first, each with its best passage and its score."""
+    ranked = sorted(_best_per_message(hits).items(), key=lambda entry: -entry[1][1])[:limit]
     return dict(ranked)
 
 
@@ -327,13 +332,11 @@ def with_partners(items: list[Item], partners: dict[str, Item], *, inline: bool)
 def exchange_scored(index: ConversationIndex, hits: list[PassageHit]) -> list[PassageHit]:
     """The hits, each scored with EXCHANGE_WEIGHT times the best score of the other half of its exchange
     among the hits added (a request for a summary is answered from exchanges)."""
-    best: dict[str, float] = {}
-    for hit in hits:
-        best[hit.message.id] = max(best.get(hit.message.id, 0.0), hit.score)
+    best = _best_per_message(hits)
     scored = []
     for hit in hits:
         other = _exchange_partner(index, hit.message.seq)
-        bonus = best.get(other.id, 0.0) if other is not None else 0.0
+        bonus = best[other.id][1] if other is not None and other.id in best else 0.0
         scored.append(dataclasses.replace(hit, score=hit.score + EXCHANGE_WEIGHT * bonus))
     return scored
 
