@@ -39,6 +39,7 @@ class Prepared:
     context_id: str | None
     # Milliseconds spent appending the client's new messages and assembling the context (Server-Timing).
     timings: dict[str, float]
+    usage_recorded: bool = False
 
 
 def tenant_models(tenant: Tenant) -> list[str]:
@@ -166,9 +167,12 @@ def proxy_prepare(*, tenant: Tenant, request: ProxyRequest, conversation_id: str
     )
 
 
-def proxy_finish(*, prepared: Prepared, reply: Reply, completed: bool, failure: str | None = None) -> None:
-    """Store the reply (completed, or the partial text of a stream cut short) and record its usage against
-    the context call's predicted prefix. A failure here is logged: the client has its answer already."""
+def proxy_finish(
+    *, prepared: Prepared, reply: Reply, completed: bool, failure: str | None = None, usage: bool = True
+) -> None:
+    """Store the reply (completed, or the partial text of a stream cut short) and, unless `usage` is False
+    (the caller records it later with proxy_usage), its usage. A failure here is logged: the client has its
+    answer already."""
     item = reply.item(prepared.request.fmt)
     metadata: dict[str, Any] = {"source": "proxy", "model": prepared.request.model}
     if reply.finish:
@@ -188,15 +192,27 @@ def proxy_finish(*, prepared: Prepared, reply: Reply, completed: bool, failure: 
                     }
                 ],
             )
-        if reply.usage:
-            cache_usage_report(
-                conversation=prepared.conversation,
-                usage=reply.usage,
-                provider=prepared.request.fmt,
-                context_id=prepared.context_id,
-            )
     except Exception:
         logger.exception("proxy: storing the reply of conversation %s failed", prepared.conversation.pk)
+    if usage:
+        proxy_usage(prepared=prepared, reply=reply)
+
+
+def proxy_usage(*, prepared: Prepared, reply: Reply) -> None:
+    """Record the reply's usage against the context call's predicted prefix, once per request (a failure is
+    logged). Unlike the reply, nothing later depends on it, so a stream records it after its last byte."""
+    if prepared.usage_recorded or not reply.usage:
+        return
+    prepared.usage_recorded = True
+    try:
+        cache_usage_report(
+            conversation=prepared.conversation,
+            usage=reply.usage,
+            provider=prepared.request.fmt,
+            context_id=prepared.context_id,
+        )
+    except Exception:
+        logger.exception("proxy: recording the usage of conversation %s failed", prepared.conversation.pk)
 
 
 def deadline_seconds() -> float:

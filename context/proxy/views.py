@@ -17,7 +17,14 @@ from django.views.decorators.csrf import csrf_exempt
 
 from context.proxy import upstream as calls
 from context.proxy.errors import ProxyError, error_event, error_response
-from context.proxy.services import Prepared, deadline_seconds, proxy_finish, proxy_prepare, tenant_models
+from context.proxy.services import (
+    Prepared,
+    deadline_seconds,
+    proxy_finish,
+    proxy_prepare,
+    proxy_usage,
+    tenant_models,
+)
 from context.proxy.upstream import Reply
 from context.proxy.wire import ANTHROPIC, OPENAI, ProxyRequest, anthropic_request, openai_request
 from tenants.authentication import authenticate_raw_key, bearer_token
@@ -94,7 +101,8 @@ async def _proxy(request: HttpRequest, parse: Callable[..., ProxyRequest], fmt: 
         prepared.timings["upstream"] = round((loop.time() - called) * 1000, 2)
     except ProxyError as exc:
         return error_response(exc, fmt)
-    response = StreamingHttpResponse(_relay(prepared, opened, deadline_at), content_type="text/event-stream")
+    reply = Reply()
+    response = _Stream(_relay(prepared, opened, reply, deadline_at), prepared=prepared, reply=reply)
     for name, value in {**_headers(prepared), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}.items():
         response[name] = value
     return response
@@ -153,10 +161,32 @@ class _StreamFailed(Exception):
         self.event = event
 
 
-async def _relay(prepared: Prepared, opened: calls.Opened, deadline_at: float) -> AsyncIterator[bytes]:
-    """The upstream's events as they arrive. However the stream ends (done, upstream failure, deadline,
-    the client gone), what was said is stored: completed only when the upstream finished."""
-    reply, done, failure = Reply(), False, None
+class _Stream(StreamingHttpResponse):
+    """The relayed events. The reply is stored before the last byte (a client's next turn must find it
+    there), its usage only in close(), which Django's ASGI handler calls once the last byte was sent: not on
+    the client's clock. A stream the client left records its usage when it stops (_close), in case the
+    handler does not close it."""
+
+    def __init__(self, events: AsyncIterator[bytes], *, prepared: Prepared, reply: Reply) -> None:
+        super().__init__(events, content_type="text/event-stream")
+        self._prepared, self._reply = prepared, reply
+
+    def close(self) -> None:
+        try:
+            proxy_usage(prepared=self._prepared, reply=self._reply)
+        finally:
+            super().close()
+
+
+async def _relay(
+    prepared: Prepared, opened: calls.Opened, reply: Reply, deadline_at: float
+) -> AsyncIterator[bytes]:
+    """The upstream's events as they arrive, each also fed to `reply`. However the stream ends (done,
+    upstream failure, deadline, the client gone), what was said is stored: completed only when the upstream
+    finished. A finished reply is stored before its last event is sent on: the SDKs stop reading there, and
+    a client sending only its next turn right away must not have that turn stored ahead of the reply."""
+    done = closed = False
+    failure = None
     events = opened.events.__aiter__()
     try:
         while not done:
@@ -166,6 +196,9 @@ async def _relay(prepared: Prepared, opened: calls.Opened, deadline_at: float) -
             except StopAsyncIteration:
                 break
             out, done = _relayed(prepared, reply, event, data)
+            if done:
+                closed = True
+                await asyncio.shield(_close(prepared, opened, reply, True, None))
             if out:
                 yield out
         if not done:
@@ -188,7 +221,8 @@ async def _relay(prepared: Prepared, opened: calls.Opened, deadline_at: float) -
         logger.warning("proxy stream from %s failed: %s", prepared.upstream.label(), type(exc).__name__)
         yield error_event(calls.unreachable_error(prepared.upstream, exc), prepared.request.fmt)
     finally:
-        await asyncio.shield(_close(prepared, opened, reply, done, failure))
+        if not closed:
+            await asyncio.shield(_close(prepared, opened, reply, done, failure))
 
 
 async def _close(
@@ -196,7 +230,13 @@ async def _close(
 ) -> None:
     with contextlib.suppress(Exception):  # the connection is going anyway
         await opened.response.aclose()
-    await sync_to_async(proxy_finish)(prepared=prepared, reply=reply, completed=done, failure=failure)
+    await sync_to_async(proxy_finish)(
+        prepared=prepared,
+        reply=reply,
+        completed=done,
+        failure=failure,
+        usage=failure == "client_disconnected",
+    )
 
 
 @csrf_exempt

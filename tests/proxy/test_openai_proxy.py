@@ -86,6 +86,50 @@ def test_usage_chunk_is_recorded_but_not_relayed_unless_asked(owner, mnemo_url, 
     )
 
 
+def test_a_stream_ends_before_its_usage_is_recorded(owner, mnemo_url, llm_server, monkeypatch):
+    """The usage report is off the client's clock: the stream's last byte arrives while the report is still
+    held up. The reply, which the client's next turn must find, is stored before the last event."""
+    import threading
+    import time
+
+    from context.proxy import services
+
+    release, returned = threading.Event(), threading.Event()
+    report, append = services.cache_usage_report, services.message_append_batch
+    replied = []
+
+    def stored_slowly(**kwargs):
+        time.sleep(0.2)
+        append(**kwargs)
+        replied.append(1)
+
+    def held(**kwargs):
+        release.wait(10)
+        report(**kwargs)
+        returned.set()
+
+    monkeypatch.setattr(services, "cache_usage_report", held)
+    monkeypatch.setattr(services, "message_append_batch", stored_slowly)
+    llm_server.reply = "one two three four"
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "count"}], "stream": True}
+    headers = {"Authorization": f"Bearer {owner.raw_key}"}
+    try:
+        with httpx.stream("POST", f"{mnemo_url}/v1/chat/completions", json=body, headers=headers) as response:
+            conversation_id = response.headers["x-mnemo-conversation"]
+            events = []
+            for line in response.iter_lines():
+                if line == "data: [DONE]":
+                    events.append(bool(replied))  # the reply was stored before [DONE] was sent
+                elif line:
+                    events.append(line)
+        assert not returned.is_set()
+        assert events[-1] is True
+        assert ("assistant", "one two three four", True) in stored(conversation_id)
+    finally:
+        release.set()
+    assert wait_for(lambda: CacheUsage.objects.filter(conversation_id=conversation_id).exists())
+
+
 def test_chunks_reach_the_client_before_the_upstream_finishes(owner, mnemo_url, llm_server):
     """The upstream pauses after three events and waits; the client still gets them (no buffering)."""
     llm_server.reply = "aaaa bbbb cccc dddd"
