@@ -275,7 +275,7 @@ def _this_conversation(
     hits = search(
         index,
         query=focus,
-        query_vector=_query_vector(state, focus),
+        query_vector=lambda: _query_vector(state, focus),  # embedded meanwhile, waited for after BM25
         before_seq=before,
         limit=3 * limit,
         user_prior=prior,

@@ -14,6 +14,7 @@ import uuid
 from array import array
 from bisect import bisect_right
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -252,7 +253,7 @@ def search(
     index: ConversationIndex,
     *,
     query: str,
-    query_vector: np.ndarray | None,
+    query_vector: "np.ndarray | Callable[[], np.ndarray | None] | None",
     before_seq: int,
     limit: int,
     user_prior: float = 1.0,
@@ -262,7 +263,8 @@ def search(
     messages' times `user_prior`: weighed before the best are chosen, so that a long reply's many passages
     cannot crowd the user's messages out of the `limit`). With `user_apart`, each side is ranked among its own
     passages (to FUSION_DEPTH each) before the prior: a question about what the user said reaches the user's
-    messages however far down the assistant's long replies push them in one ranking of both.
+    messages however far down the assistant's long replies push them in one ranking of both. A function as
+    `query_vector` is called once BM25 has scored the passages (providers.ranking.both_scores).
 
     Under the index's lock, as sync() is: another request's call on the same conversation may be adding
     passages and vectors meanwhile, and the postings' arrays cannot grow while numpy reads them."""
@@ -273,7 +275,7 @@ def search(
 def _search(
     index: ConversationIndex,
     query: str,
-    query_vector: np.ndarray | None,
+    query_vector: "np.ndarray | Callable[[], np.ndarray | None] | None",
     before_seq: int,
     limit: int,
     user_prior: float,
@@ -283,7 +285,12 @@ def _search(
         return []
     eligible = np.zeros(len(index.passages), dtype=bool)
     eligible[: _passages_until(index, before_seq)] = True
-    centred = _centred(query_vector, index.vectors.mean())
+    asked: list[np.ndarray | None] = []  # the question's own vector, for the cosines hits report
+
+    def centred() -> np.ndarray | None:
+        asked.append(query_vector() if callable(query_vector) else query_vector)
+        return _centred(asked[0], index.vectors.mean())
+
     lexical, closeness = both_scores(
         index.postings, index.vectors, terms(query), centred, len(index.passages), shift=CENTRED_SHIFT
     )
@@ -305,7 +312,7 @@ def _search(
             end=index.passages[i].end,
             score=round(float(fused[i]), 6),
             lexical=round(float(lexical[i]), 4),
-            similarity=_cosine(index.vectors.get(i), query_vector),
+            similarity=_cosine(index.vectors.get(i), asked[0]),
         )
         for i in best_first(fused, limit).tolist()
     ]

@@ -132,7 +132,7 @@ def test_search_reads_the_index_under_its_lock(conversation, monkeypatch):
     bm25, similarity, share = index.postings.bm25, index.vectors.similarity, index.postings.share
     monkeypatch.setattr(index.postings, "bm25", lambda *a: held.append(index.lock.locked()) or bm25(*a))
     monkeypatch.setattr(
-        index.vectors, "similarity", lambda *a: held.append(index.lock.locked()) or similarity(*a)
+        index.vectors, "similarity", lambda *a, **k: held.append(index.lock.locked()) or similarity(*a, **k)
     )
     monkeypatch.setattr(index.postings, "share", lambda *a: held.append(index.lock.locked()) or share(*a))
     assert search(index, query="red kettle", query_vector=None, before_seq=10, limit=3)
@@ -202,11 +202,13 @@ def test_what_the_whole_conversation_shares_does_not_decide_the_vector_ranking(m
     question = _unit(1, 0, 0.4)
 
     def best(**options):
-        hits = search(index, query="nothing shared", query_vector=question, before_seq=99, limit=1, **options)
-        return hits[0]
+        options.setdefault("query_vector", question)
+        return search(index, query="nothing shared", before_seq=99, limit=1, **options)[0]
 
     hit = best()
     assert hit.message.seq == 9
     assert hit.similarity == pytest.approx(float(aspect @ question), abs=1e-4)
+    # A question still being embedded is passed as a function returning its vector: the same hit.
+    assert best(query_vector=lambda: question) == hit
     monkeypatch.setattr(history_index, "CENTRING", 0.0)
     assert best().message.seq == 1  # by plain cosine the subject's first message comes first

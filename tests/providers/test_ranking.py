@@ -218,34 +218,60 @@ def _postings_and_vectors(count: int) -> tuple[Postings, Vectors]:
     return postings, vectors
 
 
-def test_both_scores_on_a_large_table_scans_vectors_on_a_helper_thread_with_the_same_result(monkeypatch):
+def test_both_scores_on_a_large_table_shares_its_int8_blocks_with_a_helper_thread(monkeypatch):
+    """Both threads take blocks until none is left; the scores are those of a scan on one thread."""
     import threading
+    import time
 
-    postings, vectors = _postings_and_vectors(50)
+    from providers import prescan
+
+    monkeypatch.setattr(prescan, "BLOCK_ROWS", 8)
+    monkeypatch.setattr(prescan, "RESCORE_ROWS", 4)
+    monkeypatch.setattr(prescan, "_unavailable", [])
+    postings, vectors = _postings_and_vectors(70)  # 8 full blocks and 6 rows after them
     query = np.ones(8, dtype=np.float32)
-    expected = (postings.bm25(["export", "w3"]), vectors.similarity(query, 50))
+    expected = (postings.bm25(["export", "w3"]), vectors.similarity(query, 70))
     scanned_on = []
-    similarity = vectors.similarity
+    scores = prescan.Int8Block.scores
 
-    def recorded(*args):
+    def recorded(block, vector):
         scanned_on.append(threading.current_thread().name)
-        return similarity(*args)
+        time.sleep(0.01)  # long enough for the helper to start before this thread has taken every block
+        return scores(block, vector)
 
-    monkeypatch.setattr(vectors, "similarity", recorded)
+    monkeypatch.setattr(prescan.Int8Block, "scores", recorded)
     monkeypatch.setattr(ranking, "OVERLAP_VECTORS", 10)
-    lexical, cosines = ranking.both_scores(postings, vectors, ["export", "w3"], query, 50)
+    lexical, cosines = ranking.both_scores(postings, vectors, ["export", "w3"], query, 70)
     assert lexical.tolist() == expected[0].tolist() and cosines.tolist() == expected[1].tolist()
-    assert scanned_on[0].startswith("mnemo-vector-scan")
+    assert len(scanned_on) == 8
+    assert {name.startswith("mnemo-vector-scan") for name in scanned_on} == {True, False}
 
-    monkeypatch.setattr(ranking, "OVERLAP_VECTORS", 100)  # a small table: scanned here
-    ranking.both_scores(postings, vectors, ["export"], query, 50)
-    assert scanned_on[1] == threading.current_thread().name
+    scanned_on.clear()
+    monkeypatch.setattr(ranking, "OVERLAP_VECTORS", 100)  # a small table: every block scanned here
+    ranking.both_scores(postings, vectors, ["export"], query, 70)
+    assert set(scanned_on) == {threading.current_thread().name}
+
+
+def test_both_scores_asks_for_a_pending_query_vector_after_the_bm25_pass(monkeypatch):
+    """A question still being embedded elsewhere is waited for only once BM25 has scored the items."""
+    postings, vectors = _postings_and_vectors(20)
+    order = []
+    bm25 = postings.bm25
+    monkeypatch.setattr(postings, "bm25", lambda terms: order.append("bm25") or bm25(terms))
+
+    def vector():
+        order.append("vector")
+        return np.ones(8, dtype=np.float32)
+
+    _, cosines = ranking.both_scores(postings, vectors, ["export"], vector, 20)
+    assert order == ["bm25", "vector"]
+    assert cosines.tolist() == vectors.similarity(np.ones(8, dtype=np.float32), 20).tolist()
 
 
 def test_both_scores_raises_what_the_scan_raises(monkeypatch):
     postings, vectors = _postings_and_vectors(20)
 
-    def broken(*args):
+    def broken(*args, **kwargs):
         raise MemoryError
 
     monkeypatch.setattr(vectors, "similarity", broken)
