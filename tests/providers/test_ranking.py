@@ -252,6 +252,31 @@ def test_both_scores_on_a_large_table_shares_its_int8_blocks_with_a_helper_threa
     assert set(scanned_on) == {threading.current_thread().name}
 
 
+def test_a_scan_does_not_wait_for_a_busy_helper(monkeypatch):
+    """Under load every helper thread may be taken: the calling thread then scans every block itself and
+    returns, the queued share withdrawn, instead of waiting for a thread to come free."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from providers import prescan
+
+    monkeypatch.setattr(prescan, "BLOCK_ROWS", 8)
+    monkeypatch.setattr(prescan, "RESCORE_ROWS", 4)
+    monkeypatch.setattr(prescan, "_unavailable", [])
+    _, vectors = _postings_and_vectors(40)
+    query = np.ones(8, dtype=np.float32)
+    expected = vectors.similarity(query, 40)
+    busy, release = ThreadPoolExecutor(max_workers=1), threading.Event()
+    try:
+        taken = busy.submit(release.wait, 10)
+        scores = vectors.similarity(query, 40, helper=busy)
+        assert not taken.done()  # returned while the only helper thread was still taken
+        assert scores.tolist() == expected.tolist()
+    finally:
+        release.set()
+        busy.shutdown()
+
+
 def test_both_scores_asks_for_a_pending_query_vector_after_the_bm25_pass(monkeypatch):
     """A question still being embedded elsewhere is waited for only once BM25 has scored the items."""
     postings, vectors = _postings_and_vectors(20)
