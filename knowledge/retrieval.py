@@ -91,6 +91,8 @@ def image_candidates(
     if not asked:
         return []
     images = _IMAGES.run(conversation_id=conversation.pk)
+    if not images:  # most conversations: building the descriptions' query cost more than the one above
+        return []
     texts = dict(
         ImageDescription.objects.filter(
             tenant_id=conversation.tenant_id, sha256__in={sha for _, sha, _ in images}
