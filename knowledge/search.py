@@ -12,6 +12,7 @@ import threading
 import uuid
 from array import array
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -234,7 +235,7 @@ def search(
     index: KnowledgeIndex,
     *,
     query: str,
-    query_vector: np.ndarray | None,
+    query_vector: np.ndarray | Callable[[], np.ndarray | None] | None,
     scope_keys: set[str],
     kinds: set[str] | None = None,
     limit: int = 10,
@@ -332,12 +333,15 @@ def knowledge_search(
         keys.add(scope_key(conversation=conversation))
     index = knowledge_index(tenant_id)
     degradations = []
-    query_vector = None
-    if len(index):
-        query_vector, reason = embed_query(query)
-        if query_vector is None:
+
+    def query_vector() -> np.ndarray | None:
+        # Asked for after the BM25 pass (providers.ranking.both_scores), and only when there are chunks.
+        vector, reason = embed_query(query)
+        if vector is None:
             degradations.append(
                 {"code": "embeddings_unavailable", "message": f"Lexical search only: {reason}"}
             )
+        return vector
+
     hits = search(index, query=query, query_vector=query_vector, scope_keys=keys, kinds=kinds, limit=limit)
     return KnowledgeResult(hits, degradations)

@@ -180,3 +180,18 @@ def test_chunks_are_scored_under_the_index_lock(owner, monkeypatch):
     monkeypatch.setattr(index.postings, "bm25", lambda *a: held.append(index.lock.locked()) or bm25(*a))
     assert search(owner, "get user name")
     assert held == [True] and not index.lock.locked()
+
+
+def test_the_question_is_embedded_after_the_bm25_pass(owner, monkeypatch):
+    """A context call's question is still being embedded on another thread when knowledge is searched
+    (providers.embeddings.embed_query_ahead): the BM25 pass runs first, instead of a wait for the vector."""
+    import knowledge.search
+
+    upload(owner, ("billing.py", PYTHON_SOURCE))
+    index = knowledge_index(owner.tenant.id)
+    order = []
+    bm25, embed_query = index.postings.bm25, knowledge.search.embed_query
+    monkeypatch.setattr(index.postings, "bm25", lambda *a: order.append("bm25") or bm25(*a))
+    monkeypatch.setattr(knowledge.search, "embed_query", lambda q: order.append("vector") or embed_query(q))
+    assert search(owner, "get user name")
+    assert order == ["bm25", "vector"]
