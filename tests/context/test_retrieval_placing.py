@@ -13,6 +13,7 @@ from context.retrieval import (
     SHORT_PARTNER_SHARE,
     SUMMARY_QUESTION,
     USER_PRIOR,
+    _words_before,
     by_relevance,
     excerpt_span,
     focused,
@@ -86,6 +87,11 @@ def test_a_short_passage_of_a_long_message_is_grown_to_a_usable_excerpt():
     assert back_end == len(text) and len(text[back_start:back_end].split()) == EXCERPT_MIN_WORDS
     # A passage long enough already is left as it was.
     assert excerpt_span(text, 0, len(paragraphs[0])) == (0, len(paragraphs[0]))
+    # Growing backwards reads a window before the passage, not the message from its start: a window that
+    # begins inside a word reaches further back for that word's start.
+    straddled = "aaaa " + "b" * 46 + " cc dd"
+    assert _words_before(straddled, len(straddled), 3)[-3:] == [5, 52, 55]
+    assert _words_before(straddled, len(straddled), 9) == [0, 5, 52, 55]
 
 
 def test_a_broad_question_is_answered_from_every_session(owner, conversation, lexical_only):
