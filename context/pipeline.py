@@ -554,6 +554,7 @@ def _place_retrieval(state: ContextState, shown: set[str], room: int) -> tuple[l
     layout = state.layout
     said = set(shown)
     added: list[Item] = []
+    quoting: list[Item] = []  # the placed memories that quote messages (only they can become redundant)
     for item in state.candidates:
         kind = item.source.get("kind")
         if (kind == "message" and item.source.get("id") in shown) or _quotes_only(item, said):
@@ -564,12 +565,15 @@ def _place_retrieval(state: ContextState, shown: set[str], room: int) -> tuple[l
         layout.b5.append(item)
         added.append(item)
         room -= cost
-        if kind == "message" and "span" not in item.source:
+        if kind == "archival" and item.source.get("source_message_ids"):
+            quoting.append(item)
+        elif kind == "message" and "span" not in item.source:
             said.add(str(item.source["id"]))
-            for quoting in [i for i in added if _quotes_only(i, said)]:
-                added.remove(quoting)
-                layout.b5.remove(quoting)
-                room += quoting.tokens + SEPARATOR_TOKENS
+            for memory in [i for i in quoting if _quotes_only(i, said)]:
+                quoting.remove(memory)
+                added.remove(memory)
+                layout.b5.remove(memory)
+                room += memory.tokens + SEPARATOR_TOKENS
     return added, said
 
 
