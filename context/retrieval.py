@@ -493,15 +493,17 @@ def load_retrieval(state: ContextState, *, room: int) -> None:
     # A rules rewrite appends terms of the recent history: they weigh less than the user's own words.
     expansion = " ".join(rewrite.terms) if rewrite.method == "rules" else ""
     query = rewrite.query if rewrite.method != "rules" else state.layout.user_message
-    # Read first: the other conversations (the database's full-text index) and knowledge (its index's
-    # freshness, the images, BM25 before its wait for the vector) then run while the question is still being
-    # embedded on another thread, instead of after this conversation's search has waited for it.
+    # Read first: the other conversations (the database's full-text index), knowledge (its index's
+    # freshness, the images, BM25 before its wait for the vector) and the archival memories' lexical ranking
+    # then run while the question is still being embedded on another thread, instead of after this
+    # conversation's search has waited for it.
     others = _other_conversations(state, query, expansion)
     knowledge = _knowledge(state, query)
     index = conversation_index(state.conversation.pk)
+    memories = _archival(state, index, query, expansion)
     messages, memories = stand_ins(
         _this_conversation(state, index, query, limit=candidate_count(room, said=said_by_user(query))),
-        _archival(state, index, query, expansion),
+        memories,
     )
     sources = [by_relevance(messages, memories), others, knowledge]
     # Each source's items come in its placing order (this conversation's by value per token, spread over

@@ -249,16 +249,16 @@ def test_a_backlog_with_no_new_vector_is_not_read_again(conversation, local_embe
 def test_other_stores_are_read_before_the_wait_for_the_questions_vector(
     owner, conversation, local_embeddings, monkeypatch
 ):
-    """The question is embedded on another thread meanwhile: knowledge and the other conversations are read
-    first, and this conversation's search waits for the vector only after them."""
+    """The question is embedded on another thread meanwhile: knowledge, the other conversations and the
+    archival memories are read first, and this conversation's search waits for the vector only after them."""
     from context import retrieval
 
     append(conversation, {"role": "user", "content": FACT}, {"role": "assistant", "content": "Noted."})
     order = []
-    for name in ("_knowledge", "_other_conversations", "_query_vector"):
+    for name in ("_knowledge", "_other_conversations", "_archival", "_query_vector"):
         original = getattr(retrieval, name)
         monkeypatch.setattr(retrieval, name, lambda *a, _n=name, _f=original: order.append(_n) or _f(*a))
 
     context(owner, conversation, user_message=QUESTION, token_budget=1000)
 
-    assert order.index("_query_vector") > max(order.index("_knowledge"), order.index("_other_conversations"))
+    assert order[-1] == "_query_vector" and len(order) == 4
