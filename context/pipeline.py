@@ -22,7 +22,7 @@ from context import sources
 from context.decay import attachments_decay
 from context.images import attach_images
 from context.models import AgentProfile, ConversationContext
-from context.retrieval import focused, load_retrieval
+from context.retrieval import focused, load_retrieval, quoted_trigrams, repeats
 from context.state import ContextRequest, ContextState
 from conversations.models import Conversation, Message
 from prefix_cache.accounting import count_cached
@@ -505,39 +505,56 @@ def retrieval_cap(budget: int) -> int:
     return int(RETRIEVAL_FILL_TOKENS + step * (RETRIEVAL_LARGE_TOKENS - RETRIEVAL_FILL_TOKENS))
 
 
+@dataclasses.dataclass
+class _Placed:
+    added: list[Item]  # what B5 took, in order
+    said: set[str]  # the ids of the messages the prompt shows whole
+    repeats: list[Item]  # message hits that fitted but said mostly what B5 already quotes
+
+
 def _fill_retrieval(state: ContextState, history_tokens: int) -> dict[str, int]:
     """B5: the candidates, best first, into the room the other blocks leave (nothing the prompt already
     shows, see _place_retrieval). Sizes are summed (an item and its separator), then the exact count takes
-    back the weakest while it is over. What did not fit is listed."""
+    back the weakest while it is over. What did not fit, and what only repeated, is listed."""
     layout = state.layout
     totals = _exact_total(state, history_tokens)
     room = min(state.budget - totals["total"], retrieval_cap(state.budget))
     dropped = {d.get("id") for d in state.dropped}  # a set: B6 is hundreds of messages at large budgets
     shown = {m.id for m in layout.b6 if m.id not in dropped}
-    added, said = _place_retrieval(state, shown, room)
+    placed = _place_retrieval(state, shown, room)
     totals = _exact_total(state, history_tokens)
-    while added and totals["total"] > state.budget:
-        weakest = min(added, key=lambda i: i.score)
-        added.remove(weakest)
+    while placed.added and totals["total"] > state.budget:
+        weakest = min(placed.added, key=lambda i: i.score)
+        placed.added.remove(weakest)
         layout.b5.remove(weakest)
         totals = _exact_total(state, history_tokens)
-    placed = {id(i) for i in layout.b5}
+    _list_dropped_hits(state, shown, placed)
+    return totals
+
+
+def _list_dropped_hits(state: ContextState, shown: set[str], placed: _Placed) -> None:
+    """One `dropped` entry for the hits that repeated what B5 quotes, one for those that did not fit."""
+    in_b5 = {id(i) for i in state.layout.b5}
+    repeated = {id(i) for i in placed.repeats}
     left = [
         i
         for i in state.candidates
-        if id(i) not in placed and i.source.get("id") not in shown and not _quotes_only(i, said)
+        if id(i) not in in_b5
+        and id(i) not in repeated
+        and i.source.get("id") not in shown
+        and not _quotes_only(i, placed.said)
     ]
-    if left:
-        state.dropped.append(
-            {
-                "block": "B5",
-                "reason": "budget",
-                "items": len(left),
-                "tokens": sum(i.tokens for i in left),
-                "best_score": max(i.score for i in left),
-            }
-        )
-    return totals
+    for reason, items in (("repeats", placed.repeats), ("budget", left)):
+        if items:
+            state.dropped.append(
+                {
+                    "block": "B5",
+                    "reason": reason,
+                    "items": len(items),
+                    "tokens": sum(i.tokens for i in items),
+                    "best_score": max(i.score for i in items),
+                }
+            )
 
 
 def _quotes_only(item: Item, said: set[str]) -> bool:
@@ -547,34 +564,39 @@ def _quotes_only(item: Item, said: set[str]) -> bool:
     return item.source.get("kind") == "archival" and bool(sources) and set(sources) <= said
 
 
-def _place_retrieval(state: ContextState, shown: set[str], room: int) -> tuple[list[Item], set[str]]:
-    """Place the candidates in order while they fit: a message B6 shows whole is skipped, and so is a memory
-    quoting only messages the prompt shows whole (one placed before the message it quotes gives its room
-    back). Returns what was placed and the ids of the messages the prompt shows whole."""
+def _place_retrieval(state: ContextState, shown: set[str], room: int) -> _Placed:
+    """Place the candidates in order while they fit: a message B6 shows whole is skipped, and so is a message
+    hit repeating what B5 quotes (REPEAT_SHARE) and a memory quoting only messages the prompt shows whole
+    (one placed before the message it quotes gives its room back)."""
     layout = state.layout
-    said = set(shown)
-    added: list[Item] = []
+    placed = _Placed(added=[], said=set(shown), repeats=[])
     quoting: list[Item] = []  # the placed memories that quote messages (only they can become redundant)
+    quoted: set[tuple[str, str, str]] = set()  # the word trigrams of the message hits placed
     for item in state.candidates:
         kind = item.source.get("kind")
-        if (kind == "message" and item.source.get("id") in shown) or _quotes_only(item, said):
+        if (kind == "message" and item.source.get("id") in shown) or _quotes_only(item, placed.said):
             continue
         cost = item.tokens + (SECTION_TOKENS if not layout.b5 else SEPARATOR_TOKENS)
         if cost > room:
             continue
+        trigrams = quoted_trigrams(item) if kind == "message" else set()
+        if repeats(trigrams, quoted):
+            placed.repeats.append(item)
+            continue
+        quoted |= trigrams
         layout.b5.append(item)
-        added.append(item)
+        placed.added.append(item)
         room -= cost
         if kind == "archival" and item.source.get("source_message_ids"):
             quoting.append(item)
         elif kind == "message" and "span" not in item.source:
-            said.add(str(item.source["id"]))
-            for memory in [i for i in quoting if _quotes_only(i, said)]:
+            placed.said.add(str(item.source["id"]))
+            for memory in [i for i in quoting if _quotes_only(i, placed.said)]:
                 quoting.remove(memory)
-                added.remove(memory)
+                placed.added.remove(memory)
                 layout.b5.remove(memory)
                 room += memory.tokens + SEPARATOR_TOKENS
-    return added, said
+    return placed
 
 
 def _cut_history(state: ContextState, cut: list[HistoryMessage], *, kept_tokens: int) -> int:

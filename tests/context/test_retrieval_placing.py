@@ -9,6 +9,7 @@ import pytest
 from context.retrieval import (
     EXCERPT_MIN_WORDS,
     MESSAGE_CANDIDATES,
+    REPEAT_MIN_TRIGRAMS,
     SAID_PRIOR,
     SHORT_PARTNER_SHARE,
     SUMMARY_QUESTION,
@@ -17,6 +18,8 @@ from context.retrieval import (
     by_relevance,
     excerpt_span,
     focused,
+    quoted_trigrams,
+    repeats,
     user_prior,
     with_partners,
 )
@@ -381,3 +384,45 @@ def test_for_a_summary_an_exchange_whose_halves_both_match_comes_first():
         {3: 0.32, 1: 0.30 + EXCHANGE_WEIGHT * 0.20, 2: 0.20 + EXCHANGE_WEIGHT * 0.30}
     )
     assert max(scored, key=scored.get) == 1
+
+
+def _config(replicas: int) -> str:
+    lines = [f"gateway_option_{n}: value_{n * 7} # tuned for the ingress gateway" for n in range(12)]
+    return "\n".join([f"replicas: {replicas}", *lines])
+
+
+def test_a_hit_repeating_what_b5_quotes_gives_its_room_to_the_next(owner, conversation, lexical_only):
+    """A file pasted again with one line changed says mostly what the first paste says: the second gives
+    way (listed as repeating), while a hit with its own words about the same subject is shown."""
+    append(
+        conversation,
+        {"role": "user", "content": "My ingress gateway config:\n" + _config(3)},
+        {"role": "user", "content": "The ingress gateway config again, with more replicas:\n" + _config(5)},
+        {"role": "user", "content": "The ingress gateway must terminate TLS before the load balancer."},
+    )
+    chatter(conversation, 40)
+
+    body = context(
+        owner, conversation, user_message="How is my ingress gateway configured?", token_budget=2000
+    )
+
+    shown = {i["seq"] for i in b5_items(body)}
+    assert len(shown & {1, 2}) == 1 and 3 in shown
+    repeated = [d for d in body["dropped"] if d["block"] == "B5" and d["reason"] == "repeats"]
+    assert len(repeated) == 1 and repeated[0]["items"] == 1
+
+
+def test_a_hit_repeats_only_when_most_of_its_trigrams_are_quoted():
+    def item(*words: str) -> Item:
+        text = f"[#1 · 2026-01-02 · user] {' '.join(words)}"
+        return Item(text=text, tokens=2 * len(words), source={"kind": "message"})
+
+    paste = [f"line{n}" for n in range(REPEAT_MIN_TRIGRAMS + 10)]
+    quoted = quoted_trigrams(item(*paste))
+
+    assert repeats(quoted_trigrams(item("Again:", *paste[:-2])), quoted)
+    half = len(paste) // 2
+    assert not repeats(quoted_trigrams(item(*paste[:half], *(w.upper() + "x" for w in paste[half:]))), quoted)
+    short = quoted_trigrams(item(*paste[: REPEAT_MIN_TRIGRAMS - 1]))
+    assert not repeats(short, quoted)  # a short hit costs little, and its one changed word may be the fact
+    assert ("2026", "01", "02") not in quoted  # the label is not what the hit quotes
