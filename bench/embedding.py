@@ -10,8 +10,13 @@ as it is (its weights stored as int8, its products in float32) and the one Mnemo
 it with int8 products (providers/quantize.py, MNEMO_EMBEDDINGS_INT8); for both, the time to embed each of
 BEAM's questions alone on one thread, as a context call does.
 
+Then the catch-up run an append queues (conversations.embedding.message_vectors_fill) on conversations of
+--catch-up sizes whose messages all have vectors but the 3 newest: its time against the model's time for
+those 3 alone (the baseline): what the run costs beyond the embedding itself as a conversation grows.
+
 Target (#14): >= 300 messages/s on 2 cores. Exits 1 when missed on the short-message set.
 Run from the repository root: .venv/bin/python bench/embedding.py [--messages 400] [--threads 1 2]
+[--catch-up 1000 10000]
 """
 
 from __future__ import annotations
@@ -93,6 +98,54 @@ def index_rate(texts: list[str]) -> float:
     return len(texts) / (time.perf_counter() - started)
 
 
+CATCH_UP_NEW = 3
+
+
+def catch_up_row(texts: list[str], size: int) -> list[str]:
+    """One conversation of `size` messages (texts cycled; vectors written directly for all but the newest
+    CATCH_UP_NEW): p50 of 5 catch-up runs, each after those vectors were deleted again, and of the model
+    embedding the same messages' passages alone."""
+    import numpy as np
+
+    from conversations.embedding import _embed_by_length, message_vectors_fill
+    from conversations.models import Message, MessageVector
+    from conversations.services import conversation_create
+    from providers.embeddings import embedder_status
+    from providers.passages import passage_spans
+    from tenants.services import tenant_create
+
+    embedder = embedder_status().embedder
+    tenant, _ = tenant_create(slug=f"bench-catch-up-{size}")
+    conversation = conversation_create(tenant=tenant, model="gpt-4o")
+    items = [
+        Message(
+            conversation=conversation, seq=n + 1, role="user", content=texts[n % len(texts)], token_count=1
+        )
+        for n in range(size)
+    ]
+    messages = Message.objects.bulk_create(items, batch_size=2000)
+    vector = np.zeros(embedder.dimension, dtype=np.float32).tobytes()
+    rows = [
+        MessageVector(message=m, conversation=conversation, seq=m.seq, model=embedder.name, spans=[],
+                      dimension=embedder.dimension, vectors=vector, content_sha256=f"bench-{m.seq}")
+        for m in messages[:-CATCH_UP_NEW]
+    ]  # fmt: skip
+    MessageVector.objects.bulk_create(rows, batch_size=2000)
+    newest = [m.content for m in messages[-CATCH_UP_NEW:]]
+    passages = [text[a:b] for text in newest for a, b in passage_spans(text)]
+    runs, alone = [], []
+    for _ in range(5):
+        MessageVector.objects.filter(conversation=conversation, seq__gt=size - CATCH_UP_NEW).delete()
+        started = time.perf_counter()
+        assert message_vectors_fill(conversation_id=conversation.pk) == CATCH_UP_NEW
+        runs.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        _embed_by_length(embedder, passages)
+        alone.append(time.perf_counter() - started)
+    run_ms, alone_ms = percentile(runs, 50) * 1e3, percentile(alone, 50) * 1e3
+    return [f"{size:,}", f"{run_ms:.1f}", f"{alone_ms:.1f}", f"{run_ms / alone_ms:.2f}"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -100,6 +153,7 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--messages", type=int, default=400, help="messages per set")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--catch-up", type=int, nargs="*", default=[1000, 10000], help="conversation sizes")
     args = parser.parse_args()
     import tempfile
 
@@ -126,6 +180,7 @@ def main() -> int:
                             f"{rate / baseline:.3f}",
                         ]
                     )
+        caught_up = [catch_up_row(sets["user messages"], size) for size in args.catch_up]
         questions = load_questions(args.data)
         asked = [
             [MODELS[int8], *(f"{v:.2f}" for v in question_ms(questions, int8=int8))] for int8 in (False, True)
@@ -143,6 +198,10 @@ def main() -> int:
     print(render_table(head, rows))
     print(f"\n{len(questions)} questions, each embedded alone on one thread (as a context call does):")
     print(render_table(["model", "p50 ms", "p95 ms"], asked))
+    if caught_up:
+        print(f"\ncatch-up run after an append, {CATCH_UP_NEW} new user messages (p50 of 5 runs; SQLite):")
+        head = ["conversation", "run ms", "the model alone ms (baseline)", "ratio"]
+        print(render_table(head, caught_up))
     verdict = "met" if short_best >= TARGET else "MISSED"
     print(
         f"target >= {TARGET:.0f} messages/s (user messages, the default model, best of the thread counts): "

@@ -37,22 +37,18 @@ def content_sha256(model: str, content: str) -> str:
     return hashlib.sha256(f"{model}\x00{content}".encode()).hexdigest()
 
 
-def _next_missing(conversation_id: Any, model: str, *, after: int, size: int) -> tuple[int, list[Any]] | None:
-    """(the seq the next window ends at, its messages without vectors of `model`) for the next `size`
-    messages after seq `after`; None when there are no more."""
-    messages = list(
+def _next_missing(conversation_id: Any, model: str, *, after: int, size: int) -> list[Any]:
+    """The next `size` messages after seq `after` without vectors of `model`, in seq order. Only those are
+    read: a conversation whose older messages all have vectors (the usual case, an append at its end) is not
+    read again from its first message, whose content each run used to load (10,000 messages: ~0.6 s a run
+    for three new ones)."""
+    has_vectors = MessageVector.objects.filter(message_id=OuterRef("pk"), model=model)
+    return list(
         Message.objects.filter(conversation_id=conversation_id, kind=Message.Kind.MESSAGE, seq__gt=after)
+        .exclude(Exists(has_vectors))
         .order_by("seq")
         .only("id", "seq", "content", "conversation_id")[:size]
     )
-    if not messages:
-        return None
-    done = set(
-        MessageVector.objects.filter(message_id__in=[m.pk for m in messages], model=model).values_list(
-            "message_id", flat=True
-        )
-    )
-    return messages[-1].seq, [m for m in messages if m.pk not in done]
 
 
 def _reusable(tenant_id: Any, hashes: list[str]) -> dict[str, MessageVector]:
@@ -137,14 +133,10 @@ def message_vectors_fill(*, conversation_id: Any, limit: int | None = None) -> i
     known: dict[str, MessageVector] = {}
     while limit is None or written < limit:
         size = FILL_BATCH if limit is None else min(FILL_BATCH, limit - written)
-        # The next messages after the last batch (a long conversation is read once, along its seq index),
-        # less those that have vectors already.
-        window = _next_missing(conversation.pk, embedder.name, after=after, size=size)
-        if window is None:
-            break
-        after, batch = window
+        batch = _next_missing(conversation.pk, embedder.name, after=after, size=size)
         if not batch:
-            continue
+            break
+        after = batch[-1].seq
         rows = _vectors_for(batch, tenant_id=conversation.tenant_id, embedder=embedder, known=known)
         with transaction.atomic():
             # A message deleted meanwhile takes its row's foreign key with it: ignore_conflicts covers a
@@ -154,6 +146,8 @@ def message_vectors_fill(*, conversation_id: Any, limit: int | None = None) -> i
             ).delete()
             MessageVector.objects.bulk_create(rows, ignore_conflicts=True)
         written += len(batch)
+        if len(batch) < size:
+            break  # the last of them: no second read to find none
     if written:
         vectors_written.send(sender=MessageVector, conversation_id=conversation.pk)
     return written
