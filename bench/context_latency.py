@@ -24,10 +24,11 @@ database floor, a SELECT 1 round trip through the ORM connection.
 Targets: p50 <= 20 ms and p99 <= 60 ms at 10k messages; 100k p50 <= 1.3 x 1k p50.
 
 Besides wall time the table shows this process's CPU time per call (the rest is waiting on PostgreSQL
-or for a core), the first call, the queries inside the clock, and p50 / p99 of each stage from
-state.timings, plus prepare+commit (what context_assemble spends outside its stages) and payload+JSON;
-stages that are not built yet and take no time are left out. The header gives the load average:
-PostgreSQL and anything else running share the machine's cores.
+or for a core), the first call and what this process's resident memory grew by in it (the conversation's
+index: passages, postings, vectors; measured after a full collection), the queries inside the clock, and
+p50 / p99 of each stage from state.timings, plus prepare+commit (what context_assemble spends outside its
+stages) and payload+JSON; stages that are not built yet and take no time are left out. The header gives
+the load average: PostgreSQL and anything else running share the machine's cores.
 
 Run from the repository root:  .venv/bin/python bench/context_latency.py
 Options: --quick (30 calls), --sizes 100,1000,10000,100000, --calls 200, --warmup 10, --seed, --pg-url
@@ -323,6 +324,7 @@ class Series:
     cpu_seconds: list[float] = field(default_factory=list)  # this process's CPU time over the same span
     stages: dict[str, list[float]] = field(default_factory=dict)  # ms, as state.timings reports them
     first_call: float = 0.0  # the first call on the conversation (it rebuilds the segments from the records)
+    first_call_mb: float = 0.0  # what this process's resident memory grew by in that call (the index)
     segments: int = 0  # summary segments written with the compaction records
     prompt_segments: int = 0  # B4 segments and B6 messages the prompt shows
     prompt_messages: int = 0
@@ -362,6 +364,18 @@ def context_call(tenant: Any, series: Series) -> tuple[float, float, Any]:
     return finished - started, cpu, state
 
 
+def resident_mb() -> float:
+    """This process's resident memory in MB after a full collection (Linux /proc; 0 elsewhere)."""
+    import gc
+
+    gc.collect()
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0.0
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def floor_call() -> float:
     from django.db import connection
 
@@ -375,7 +389,9 @@ def floor_call() -> float:
 def measure(tenant: Any, series: list[Series], calls: int, warmup: int, rng: random.Random) -> Series:
     floor = Series("SELECT 1 (database floor)", 0)
     for s in series:
+        resident = resident_mb()
         s.first_call, _, state = context_call(tenant, s)
+        s.first_call_mb = resident_mb() - resident
         for _ in range(warmup - 1):
             _, _, state = context_call(tenant, s)
         s.prompt_segments = len(state.layout.b4)
@@ -487,15 +503,16 @@ def _latency_table(series: list[Series], floor: Series, baseline: Series | None)
             f"{s.mean_ms:.2f}",
             f"{statistics.fmean(s.cpu_seconds) * 1e3:.2f}",
             f"{s.first_call * 1e3:.1f}",
+            f"{s.first_call_mb:.1f}",
             str(s.queries),
             vs_baseline(s.ms(50)),
         )
         for s in series
     ]
     floor_ms = (f"{floor.ms(50):.2f}", f"{floor.ms(99):.2f}", f"{floor.mean_ms:.2f}")
-    rows.append((floor.label, "-", *floor_ms, "-", "-", "1", vs_baseline(floor.ms(50))))
+    rows.append((floor.label, "-", *floor_ms, "-", "-", "-", "1", vs_baseline(floor.ms(50))))
     head = ("conversation", "B4 segs + B6 msgs / tokens", "p50 ms", "p99 ms", "mean ms", "CPU ms (mean)",
-            "first call ms", "queries", "p50 ratio vs 1k")  # fmt: skip
+            "first call ms", "first call +MB", "queries", "p50 ratio vs 1k")  # fmt: skip
     return render_table(head, rows)
 
 

@@ -116,44 +116,54 @@ class Vectors:
     items first got a vector), so a vector appended after a search costs one row, not a rebuild of the
     whole matrix (~117,000 rows at 100,000 messages). Rows in full blocks of prescan.BLOCK_ROWS are scored
     first in int8 (providers.prescan), the best prescan.RESCORE_ROWS of them again exactly; the rows after
-    the last full block exactly."""
+    the last full block exactly.
+
+    The matrix is the only copy a vector keeps once written: a vector given to the table is held (with
+    whatever buffer it is a view of, e.g. a database row's blob) only until the next search writes it. A
+    table of 117,000 vectors held 351 MB with a second copy of each beside the matrix (scratch measurement
+    in docs/benchmarks.md)."""
 
     def __init__(self) -> None:
         self.model = ""
         self._forget()
 
     def _forget(self) -> None:
-        self._vectors: dict[int, np.ndarray] = {}
+        self._count = 0  # items with a vector, written or pending
         self._sum: np.ndarray | None = None  # of every item's vector, for mean()
         self._row: dict[int, int] = {}  # item -> its row in the matrix
         self._keys = array("q")  # row -> item
         self._buffer: np.ndarray | None = None  # rows beyond len(self._keys) are spare capacity
-        self._pending: dict[int, None] = {}  # items whose row is still to be written, in order
+        self._pending: dict[int, np.ndarray] = {}  # vectors still to be written to their rows, in order
         self._dense = True  # row i holds item i for every row: scores are written without a scatter
         self._blocks: list[prescan.Int8Block | None] = []  # int8 copies of the full blocks of rows
 
     def __len__(self) -> int:
-        return len(self._vectors)
+        return self._count
 
     def __setitem__(self, position: int, vector: np.ndarray) -> None:
-        old = self._vectors.get(position)
+        old = self.get(position)
+        if old is None:
+            self._count += 1
         if self._sum is None or len(self._sum) != len(vector):
             self._sum = np.zeros(len(vector), dtype=np.float64)
         elif old is not None and len(old) == len(vector):
             self._sum -= old
         self._sum += vector
-        self._vectors[position] = vector
-        self._pending[position] = None
+        self._pending[position] = vector
 
     def mean(self) -> np.ndarray | None:
         """The mean of the items' vectors (None without any): what they all have in common."""
-        if self._sum is None or not self._vectors:
+        if self._sum is None or not self._count:
             return None
-        return (self._sum / len(self._vectors)).astype(np.float32)
+        return (self._sum / self._count).astype(np.float32)
 
     def get(self, position: int) -> np.ndarray | None:
         """The item's vector, None when it has none."""
-        return self._vectors.get(position)
+        pending = self._pending.get(position)
+        if pending is not None:
+            return pending
+        row = self._row.get(position)
+        return None if row is None or self._buffer is None else self._buffer[row]
 
     def use_model(self, model: str) -> None:
         """Vectors of another model do not compare with this one's: a change of model forgets them all."""
@@ -173,7 +183,7 @@ class Vectors:
         `shift` for every item that has a vector (so that all of those are positive for ranks() when the query
         is not a unit vector, e.g. a centred one). With a `helper`, a thread of it scans int8 blocks too."""
         scores = np.zeros(size, dtype=np.float32)
-        if query_vector is None or not self._vectors:
+        if query_vector is None or not self._count:
             return scores
         matrix = self._matrix()
         if matrix.shape[1] != len(query_vector):
@@ -220,7 +230,7 @@ class Vectors:
         """The rows written so far, after writing the pending ones (new items get the next rows)."""
         if self._pending:
             pending = list(self._pending)
-            block = np.stack([self._vectors[p] for p in pending])  # raises when dimensions differ
+            block = np.stack([self._pending[p] for p in pending])  # raises when dimensions differ
             new = [p for p in pending if p not in self._row]
             buffer = self._grow(len(new), block.shape[1])
             for position in new:
