@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import gc
 import io
 import itertools
 import os
@@ -366,8 +367,6 @@ def context_call(tenant: Any, series: Series) -> tuple[float, float, Any]:
 
 def resident_mb() -> float:
     """This process's resident memory in MB after a full collection (Linux /proc; 0 elsewhere)."""
-    import gc
-
     gc.collect()
     try:
         pages = int(Path("/proc/self/statm").read_text().split()[1])

@@ -119,9 +119,9 @@ class Vectors:
     the last full block exactly.
 
     The matrix is the only copy a vector keeps once written: a vector given to the table is held (with
-    whatever buffer it is a view of, e.g. a database row's blob) only until the next search writes it. A
-    table of 117,000 vectors held 351 MB with a second copy of each beside the matrix (scratch measurement
-    in docs/benchmarks.md)."""
+    whatever buffer it is a view of, e.g. a database row's blob) only until the next search writes it. With
+    a second copy of each beside the matrix, a 100,000-message conversation's index took 266.7 MB, 170.1 MB
+    without (bench/context_latency.py, "first call +MB"; docs/benchmarks.md)."""
 
     def __init__(self) -> None:
         self.model = ""
@@ -158,7 +158,8 @@ class Vectors:
         return (self._sum / self._count).astype(np.float32)
 
     def get(self, position: int) -> np.ndarray | None:
-        """The item's vector, None when it has none."""
+        """The item's vector, None when it has none: once written, a view of its row, which a later write of
+        the same item changes (read it at once, or copy it)."""
         pending = self._pending.get(position)
         if pending is not None:
             return pending
