@@ -21,6 +21,7 @@ from django.utils import timezone
 from context import sources
 from context.decay import attachments_decay
 from context.images import attach_images
+from context.lines import SPOKEN_ROLES, turn_text
 from context.models import AgentProfile, ConversationContext
 from context.retrieval import focused, load_retrieval, quoted_trigrams, repeats
 from context.state import ContextRequest, ContextState
@@ -277,17 +278,33 @@ def _load_history(state: ContextState, *, until_seq: int | None) -> None:
     state.protected_from_seq = (
         user_seqs[-PROTECTED_EXCHANGES] if len(user_seqs) >= PROTECTED_EXCHANGES else rows[0][1]
     )
-    state.layout.b6 = [
-        HistoryMessage(str(pk), seq, role, content, _parts(parts), tokens, is_error, completed)
-        for pk, seq, role, content, parts, tokens, is_error, completed in rows
-    ]
+    state.layout.b6 = _history_messages(state, rows)
     attach_images(state)  # image bytes, read only for the images the prompt shows as pixels
+
+
+def _history_messages(state: ContextState, rows: list[tuple[Any, ...]]) -> list[HistoryMessage]:
+    """B6's messages as the prompt shows them (context.lines): speaker names, date lines where the day
+    changes, relative dates resolved. A turn's tokens grow by what that adds. The history of today alone
+    needs no date line (the first turn of an older day, or of a history spanning days, gets one)."""
+    messages, day = [], timezone.now().date()
+    for pk, seq, role, content, parts, tokens, is_error, completed, name, created_at in rows:
+        text = turn_text(
+            content, role=role, name=name, created_at=created_at, new_day=created_at.date() != day
+        )
+        if role in SPOKEN_ROLES and content:
+            day = created_at.date()
+        if text != content:
+            tokens += count_cached(text, model=state.model) - count_cached(content, model=state.model)
+        messages.append(HistoryMessage(str(pk), seq, role, text, _parts(parts), tokens, is_error, completed))
+    return messages
 
 
 # A B6 row as _history_rows reads it (tuples, not model instances: at a 128k window these are thousands).
 # The parts come as text: most messages have none ("[]"), and the JSON field's converter decoded each
 # one (~1 ms of the ~500-message window of bench/proxy.py).
-HISTORY_COLUMNS = ("id", "seq", "role", "content", "parts_text", "token_count", "is_error", "completed")
+HISTORY_COLUMNS = (
+    "id", "seq", "role", "content", "parts_text", "token_count", "is_error", "completed", "name", "created_at"
+)  # fmt: skip
 HISTORY_TEXT = {"parts_text": Cast("parts", TextField())}
 
 
@@ -574,7 +591,8 @@ def _place_retrieval(state: ContextState, shown: set[str], room: int) -> _Placed
     quoted: set[tuple[str, str, str]] = set()  # the word trigrams of the message hits placed
     for item in state.candidates:
         kind = item.source.get("kind")
-        if (kind == "message" and item.source.get("id") in shown) or _quotes_only(item, placed.said):
+        ids = item.source.get("ids") or [item.source.get("id")]
+        if (kind == "message" and all(i in shown for i in ids)) or _quotes_only(item, placed.said):
             continue
         cost = item.tokens + (SECTION_TOKENS if not layout.b5 else SEPARATOR_TOKENS)
         if cost > room:
@@ -590,7 +608,7 @@ def _place_retrieval(state: ContextState, shown: set[str], room: int) -> _Placed
         if kind == "archival" and item.source.get("source_message_ids"):
             quoting.append(item)
         elif kind == "message" and "span" not in item.source:
-            placed.said.add(str(item.source["id"]))
+            placed.said.update(str(i) for i in ids)
             for memory in [i for i in quoting if _quotes_only(i, placed.said)]:
                 quoting.remove(memory)
                 placed.added.remove(memory)

@@ -19,125 +19,108 @@ from memory.history_index import (
     ConversationIndex,
     IndexedMessage,
     PassageHit,
+    Preference,
     conversation_index,
     lexical_shares,
+    mean_passage_tokens,
+    said_by,
+    said_in,
     search,
 )
 from memory.recall import recall_other_conversations
 from memory.selectors import archival_exists
 from prefix_cache.accounting import count_cached
 from prefix_cache.rendering import Item
+from providers.dates import Period, annotate, question_period
 from providers.embeddings import embed_query
+from providers.passages import PASSAGE_WORDS
 
-# Hits of this conversation considered per question (the budget takes what fits, best first): one per
-# CANDIDATE_TOKENS of the room B5 may take, between MIN_CANDIDATES and MESSAGE_CANDIDATES. A large budget,
-# whose B5 is held to a few hundred tokens, does not read and count sixty messages to place three.
-MESSAGE_CANDIDATES = 60
-# Asked what the user said, the answer is in the user's own messages, which are short (a BEAM-128K user
-# message is 81 tokens on average, a reply 977): twice as many fit, and the relevance floor does not apply.
-# BEAM-128K, all 20, in-process on a copy of one load, with the user's messages ranked apart: ER 0.859 ->
-# 0.886 at 8,000 tokens (event ordering 0.725 -> 0.924), 0.733 -> 0.734 at 2,000; three times as many:
-# 0.875; without partners for these questions: no change.
-SAID_CANDIDATES = 120
+# How many candidates a question reads follows the room in tokens and the size of what it finds, never a
+# fixed count: passages are read PASSAGE_OVERFETCH times the room (at the conversation's mean passage size),
+# between MIN_PASSAGES and MAX_PASSAGES (the cost of a call stays bounded), and hits are kept best first until
+# they hold HIT_OVERFETCH times the room (the placing skips what the prompt shows already, and what repeats).
+PASSAGE_OVERFETCH = 4.0
+HIT_OVERFETCH = 2.0
+MIN_PASSAGES = 48
+MAX_PASSAGES = 2400
 MIN_CANDIDATES = 8
-CANDIDATE_TOKENS = 50
 ARCHIVAL_CANDIDATES = 8
 OTHER_CONVERSATION_CANDIDATES = 8
 # A hit's relevance is the larger of its cosine similarity to the question and the share of the question's
 # (IDF-weighted) words it holds; below this it is not worth prompt tokens.
 MIN_RELEVANCE = 0.15
-# Said with "I", "my", "me": the user's own messages are what the question is about.
-SELF_REFERENCE = frozenset({"i", "my", "me", "mine", "i'm", "i've", "i'd", "myself"})
-USER_PRIOR = 2.5
-# Asked about what the user said ("the order in which I brought up…", "the scores I mentioned"): their own
-# messages are the answer, so they weigh SAID_PRIOR times more. On BEAM-128K (all 20, in-process on a copy of
-# one load): ER 0.723 -> 0.727 at 2,000 tokens and 0.832 -> 0.845 at 8,000 (event ordering 0.330 -> 0.376
-# and 0.506 -> 0.607); a prior of 1,000 (their messages only) gave the same, and past tenses only ("I
-# mentioned", not "did I mention") 0.729 / 0.845.
-SAID_BY_USER = re.compile(
-    r"\bI (?:br(?:ought|ing) up|mention(?:ed)?|ask(?:ed)?|sa(?:id|y)|t(?:old|ell) you|shared?|discuss(?:ed)?|"
-    r"raised?|talk(?:ed)? about|described?|wr(?:ote|ite))\b",
-    re.IGNORECASE,
-)
-SAID_PRIOR = 10.0
-# And ranked among themselves (memory.history_index.search, user_apart): in one ranking of both sides, the
-# assistant's replies (five passages each on BEAM) pushed many of the user's messages past the fusion depth,
-# where no prior reaches them. BEAM-128K, all 20, in-process on a copy of one load: ER 0.727 -> 0.733 at
-# 2,000 tokens and 0.844 -> 0.859 at 8,000 (event ordering 0.594 -> 0.725), no category down by more than
-# 0.002. Ranking each side apart for every question the user prior touches: 0.731 / 0.860, but information
-# extraction 0.675 -> 0.629 at 2,000 (the assistant's answers lost their place).
-# Questions about the whole history rather than one fact in it.
-BROAD_QUESTION = re.compile(
-    r"\b(?:summar\w*|overview|recap|chronolog\w*|in (?:what|which) order|order in which|"
-    r"(?:throughout|across|over) (?:all )?(?:our|my|the|these|those) "
-    r"(?:conversations?|sessions?|discussions?|chats?|messages?|questions?|requests?|talks?)|"
-    r"across all|over time|so far|progressed|evolv\w*|"
-    r"all the (?:times|ways|things|steps)|every time|each time|how has|how have|how did .* change)\b",
-    re.IGNORECASE,
-)
-# Asked for a summary, the answer is made of exchanges: each hit brings the other half of its exchange right
-# after it, not after all the hits. BEAM-128K, all 20, in-process on a copy of one load: summarisation 0.107
-# -> 0.118 at 2,000 tokens and 0.435 -> 0.449 at 8,000, no other category moved (ER 0.745 / 0.886 ->
-# 0.746 / 0.887); with twice the candidates as well, summarisation 0.411 at 8,000.
-SUMMARY_QUESTION = re.compile(r"\b(?:summar\w*|overview|recap)\b", re.IGNORECASE)
-# And ranked by exchange: a message's score adds EXCHANGE_WEIGHT times the best score of the other half of
-# its exchange, so an exchange whose question and answer both match comes before one whose single half
-# matches a little better. BEAM-128K, all 20, in-process on a copy of one load: summarisation 0.440 ->
-# 0.490 at 8,000 tokens (0.117 -> 0.110 at 2,000), no other category moved; 1.0 gave 0.480, 0.3 0.444;
-# for every broad question, event ordering at 8,000 fell 0.888 -> 0.752.
-EXCHANGE_WEIGHT = 0.5
-# A long message's excerpt shows at least this many words (its passage and what follows it).
-EXCERPT_MIN_WORDS = 140
+# A question that speaks of a participant (by name, or of the asker as "I") is answered by what that person
+# said: their turns weigh this many times more.
+SPEAKER_PRIOR = 2.5
+FIRST_PERSON = frozenset({"i", "my", "me", "mine", "i'm", "i've", "i'd", "myself"})
+# A question that names a period ("in May 2023") asks about what happened then: messages said in it, or whose
+# "yesterday" or "last month" falls in it, weigh this many times more.
+PERIOD_PRIOR = 2.0
+# Facts about a person are spread over sessions: the n-th hit of one day weighs SESSION_DECAY**n, so that
+# several sessions are read before a day's weaker hits.
+SESSION_DECAY = 0.85
+# A turn this short ("Haha yes, same!", "I went there yesterday") says little alone: it brings the turn
+# before it (what it answers), and consecutive turns share one label.
+SHORT_TURN_TOKENS = 24
+# Consecutive hits of a session share one label when each is at most this long (a chat's turns); a longer
+# message stands alone, its label small beside it.
+GROUP_TURN_TOKENS = 80
+# A group takes one place in the ranking, at its best hit's: it stops at this many tokens, so that a long
+# run of weak hits cannot ride on one strong one.
+GROUP_MAX_TOKENS = 240
+# A long message's excerpt shows at least a full passage's words (its passage and what follows it): a short
+# passage (a heading, the tail of a reply) alone rarely says enough to be used.
+EXCERPT_MIN_WORDS = PASSAGE_WORDS
 _WORD = re.compile(r"\S+")
 # A hit brings the other half of its exchange, worth this share of its score.
 NEIGHBOUR_SHARE = 0.5
 # A partner at most this share of its hit's tokens (the question that prompted a long answer, mostly) comes
-# right after its hit, not after all the hits: it costs little beside the hit and says what the hit
-# answers. A partner as long as its hit (turns of a chat) still waits for all the hits. BEAM-128K, all 20,
-# in-process on a copy of one load: ER 0.896 -> 0.899 at 8,000 tokens against a fixed 100-token limit
-# (0.4 the same, 0.3 0.895, 0.7 0.896, 1.0 0.897; 2,000 level); the fixed limit had given 0.879 -> 0.883
-# against none.
+# right after its hit, not after all the hits: it costs little beside the hit and says what the hit answers.
 SHORT_PARTNER_SHARE = 0.5
-# Without dates that tell sessions apart, a broad question's hits are spread over this many stretches.
-SEQ_SESSIONS = 6
-# A message hit whose words mostly repeat what B5 already quotes (a file pasted again with one line changed, a
-# question asked again in other words around the same paste) tells a model little for its tokens: at least
-# this share of its word trigrams already quoted, it gives its room to the next hit (listed in `dropped`,
-# reason "repeats"). BEAM-128K, all 20, in-process on a copy of one load (Intel Xeon, 2026-11-27): 452 of
-# an 8,000 prompt's 6,721 B5 tokens went to such hits (a share of 0.5); ER 0.7505 / 0.8992 -> 0.7516 /
-# 0.9008 at 0.7 (no category lower), 0.7516 / 0.9013 at 0.5 (information extraction at 8,000 0.875 ->
-# 0.854), 0.7516 / 0.8997 at 0.85. Left out before the candidates are cut to their count, then the freed
-# candidate places refilled: no better (0.7520 / 0.8992). A hit of fewer than REPEAT_MIN_TRIGRAMS never
-# repeats: it costs little, and the one word it changes ("my rent is $1,500 now") may be the fact; the same
-# ER with 20 or 30 (0.9004 at 8,000 with 40, 0.7505 at 2,000 with 80).
+# A message hit whose words mostly repeat what B5 already quotes (a file pasted again with one line changed)
+# tells a model little for its tokens: at least this share of its word trigrams already quoted, it gives its
+# room to the next hit (listed in `dropped`, reason "repeats"). A hit of fewer than REPEAT_MIN_TRIGRAMS
+# never repeats: it costs little, and the one word it changes may be the fact.
 REPEAT_SHARE = 0.7
 REPEAT_MIN_TRIGRAMS = 30
 _WORD_CHARACTERS = re.compile(r"\w+")
-
-
-# How a question to an assistant about earlier conversations is framed, not what it is about: left out of
-# the search query (the whole question still decides the user prior and whether it is broad). On BEAM-128K
-# 01-07: ER 0.672 -> 0.674 at 2,000 tokens, 0.806 -> 0.817 at 8,000 (event ordering 0.51 -> 0.55).
-QUESTION_FRAMING = re.compile(
-    r"\b(?:(?:can|could|would|will) you (?:please )?|please )?"
-    r"(?:list|tell me|remind me(?: of)?|walk me through|give me|provide|show me|recap|summari[sz]e|"
-    r"outline)\b|"
-    r"\b(?:the )?order in which\b|\bin (?:what|which) order\b|\bin order\b|"
-    r"\bI (?:brought up|mentioned|discussed|talked about|asked about|raised|shared|told you about)\b|"
-    r"\b(?:the )?(?:different |various |key )?(?:aspects|parts|items|topics|points) of\b|"
-    r"\b(?:throughout|across|over|during|in) (?:all )?(?:of )?(?:our|my|the|these) "
-    r"(?:previous |earlier |past )?(?:conversations?|sessions?|discussions?|chats?)\b|"
-    r"\bmention only(?: and only)? \w+ items?\b|"
-    r"\ba (?:comprehensive |brief |short |detailed )?(?:summary|overview) of\b",
-    re.IGNORECASE,
-)
+_NAME_WORD = re.compile(r"[^\W\d_][\w'’-]*")
 
 
 def focused(question: str) -> str:
-    """The question without its framing ("Can you list the order in which I brought up…"): what it asks
-    about. The question itself when too little would be left."""
-    rest = " ".join(QUESTION_FRAMING.sub(" ", question).split())
-    return rest if len(rest.split()) >= 3 else question
+    """The text a question is embedded with: its words, whatever its phrasing (the pipeline embeds it ahead
+    of the search)."""
+    return " ".join(question.split())
+
+
+@dataclasses.dataclass(frozen=True)
+class Asked:
+    """What a question says about whom and when: the participants it names (case-folded), whether it speaks
+    of the asker ("I", "my"), the period it names, and its words without the names (for BM25: the speaker
+    preference stands for them, and a greeting that names the person matches nothing else)."""
+
+    names: frozenset[str]
+    asker: bool
+    period: Period | None
+    lexical: str
+
+
+def asked(question: str, participants: dict[str, str]) -> Asked:
+    """Read a question against the conversation's named speakers (case-folded -> as written). A participant
+    is named when one of the words of their name appears capitalised in the question."""
+    named: set[str] = set()
+    words = _NAME_WORD.findall(question)
+    capitalised = {w.rstrip("'’s").rstrip("'’") for w in words if w[:1].isupper()}
+    for key, written in participants.items():
+        parts = {p for p in _NAME_WORD.findall(written) if len(p) > 1}
+        if parts & capitalised:
+            named.add(key)
+    lexical = question
+    for key in named:
+        for part in _NAME_WORD.findall(participants[key]):
+            lexical = re.sub(rf"\b{re.escape(part)}(?:'s|’s)?\b", " ", lexical, flags=re.IGNORECASE)
+    asker = bool({w.lower() for w in words} & FIRST_PERSON)
+    return Asked(frozenset(named), asker, question_period(question), " ".join(lexical.split()))
 
 
 def date_label(created_at: datetime) -> str:
@@ -150,20 +133,6 @@ def relevance(hit: PassageHit) -> float:
     """How well a hit answers, on an absolute scale a client can read (0 to 1): the larger of its cosine
     similarity to the question and the share of the question's weighted words it holds."""
     return max(hit.similarity, hit.lexical)
-
-
-def said_by_user(question: str) -> bool:
-    """Whether the question asks what the user said ("the order in which I brought up…")."""
-    return bool(SAID_BY_USER.search(question))
-
-
-def user_prior(question: str) -> float:
-    """How much more the user's own messages weigh for this question: SAID_PRIOR when it asks what the user
-    said, USER_PRIOR when it speaks of "I", "my", "me", else 1."""
-    if said_by_user(question):
-        return SAID_PRIOR
-    words = set(question.lower().replace("?", " ").split())
-    return USER_PRIOR if words & SELF_REFERENCE else 1.0
 
 
 def _query_vector(state: ContextState, query: str) -> Any:
@@ -182,25 +151,24 @@ def _best_per_message(hits: list[PassageHit]) -> dict[str, tuple[PassageHit, flo
     return best
 
 
-def _best_hits(hits: list[PassageHit], *, limit: int) -> dict[str, tuple[PassageHit, float]]:
-    """The best `limit` messages, best first, each with its best passage and its score."""
-    ranked = sorted(_best_per_message(hits).items(), key=lambda entry: -entry[1][1])[:limit]
-    return dict(ranked)
-
-
 def _contents(ids: list[str]) -> dict[str, str]:
     rows = Message.objects.filter(pk__in=ids).values_list("id", "content")
     return {str(pk): content for pk, content in rows}
 
 
+def speaker(message: IndexedMessage) -> str:
+    return message.name or message.role
+
+
 def _hit_item(state: ContextState, hit: PassageHit, content: str, score: float, **extra: Any) -> Item:
-    """A message as B5 shows it: whole when it is one passage, else the hit's passage, labelled."""
+    """A message as B5 shows it: whole when it is one passage, else the hit's passage, labelled with its
+    seq, date and speaker; its relative dates resolved ("yesterday (2023-05-07)")."""
     message = hit.message
     whole = len(message.passages) == 1
     start, end = (0, len(content)) if whole else excerpt_span(content, hit.start, hit.end)
-    text = content[start:end]
-    role = message.role if whole else f"{message.role}, excerpt"
-    label = f"[#{message.seq} · {date_label(message.created_at)} · {role}]"
+    text = annotate(content[start:end], message.created_at.date())
+    who = speaker(message) if whole else f"{speaker(message)}, excerpt"
+    label = f"[#{message.seq} · {date_label(message.created_at)} · {who}]"
     body = f"{label} {text.strip()}"
     source = {
         "kind": "message",
@@ -216,6 +184,28 @@ def _hit_item(state: ContextState, hit: PassageHit, content: str, score: float, 
     if not whole:
         source["span"] = [start, end]
     return Item(text=body, tokens=count_cached(body, model=state.model), source=source, score=score)
+
+
+def _group_item(
+    state: ContextState, turns: list[IndexedMessage], contents: dict[str, str], hit: Item
+) -> Item:
+    """Consecutive turns under one label (the day's date once), each line "speaker: text": the group of a
+    short hit and the turn it answers, or of hits that follow each other. Scored as its best hit."""
+    first = turns[0]
+    seqs = f"#{first.seq}" if len(turns) == 1 else f"#{first.seq}–{turns[-1].seq}"
+    lines = [f"[{seqs} · {date_label(first.created_at)}]"]
+    for turn in turns:
+        text = annotate(contents.get(turn.id, ""), turn.created_at.date())
+        lines.append(f"{speaker(turn)}: {text.strip()}")
+    body = "\n".join(lines)
+    source = {
+        **hit.source,
+        "seq": first.seq,
+        "seqs": [t.seq for t in turns],
+        "ids": [t.id for t in turns],
+        "created_at": first.created_at.isoformat(),
+    }
+    return Item(text=body, tokens=count_cached(body, model=state.model), source=source, score=hit.score)
 
 
 def excerpt_span(content: str, start: int, end: int) -> tuple[int, int]:
@@ -305,44 +295,48 @@ def _first_passage(index: ConversationIndex, message: IndexedMessage) -> Passage
     )
 
 
-def _this_conversation(
-    state: ContextState, index: ConversationIndex, query: str, *, limit: int
-) -> list[Item]:
+def preferences(question: Asked) -> tuple[Preference, ...]:
+    """The speaker and period preferences a question's words call for (SPEAKER_PRIOR, PERIOD_PRIOR)."""
+    found: list[Preference] = []
+    if question.names or question.asker:
+        names, asker = question.names, question.asker
+        found.append((lambda index: said_by(index, names, user=asker), SPEAKER_PRIOR))
+    if question.period is not None:
+        period = question.period
+        found.append((lambda index: said_in(index, period), PERIOD_PRIOR))
+    return tuple(found)
+
+
+def passage_limit(index: ConversationIndex, room: int) -> int:
+    """How many passages to read for `room` tokens of hits (PASSAGE_OVERFETCH at the mean passage size)."""
+    wanted = PASSAGE_OVERFETCH * room / max(1.0, mean_passage_tokens(index))
+    return int(min(MAX_PASSAGES, max(MIN_PASSAGES, wanted)))
+
+
+def _this_conversation(state: ContextState, index: ConversationIndex, query: str, *, room: int) -> list[Item]:
     if index.missing_vectors:
         # Vectors still missing (a server restarted mid-backlog, or appends while vectors were off): have
         # them computed; while a run is queued this costs one cache operation.
         message_vectors_request(conversation_id=state.conversation.pk)
     before = state.history_until if state.history_until is not None else index.indexed_seq
-    focus = focused(query)
-    prior, said = user_prior(query), said_by_user(query)
+    question = asked(query, index.names)
+    vector_query = focused(query)
     hits = search(
         index,
-        query=focus,
-        query_vector=lambda: _query_vector(state, focus),  # embedded meanwhile, waited for after BM25
+        query=vector_query,
+        lexical_query=question.lexical,
+        query_vector=lambda: _query_vector(state, vector_query),  # embedded meanwhile, waited for after BM25
         before_seq=before,
-        limit=3 * limit,
-        user_prior=prior,
-        user_apart=said,
+        limit=passage_limit(index, room),
+        preferences=preferences(question),
     )
-    if not said:  # asked what the user said, the user's words are the answer's material however weak
-        hits = [h for h in hits if relevance(h) >= MIN_RELEVANCE]
-    summary = bool(SUMMARY_QUESTION.search(query))
-    if summary:
-        hits = exchange_scored(index, hits)
-    # Placed best first. Measured worse on BEAM-128K 01-07 at 2,000 tokens (ER 0.668 by score): by score per
-    # token, shorter hits first (0.653); maximal marginal relevance over the passage vectors, lambda 0.7
-    # (0.657) or 0.5 (0.646), and no better at 8,000.
-    best = _best_hits(hits, limit=limit)
+    hits = [h for h in hits if relevance(h) >= MIN_RELEVANCE]
+    best = _best_hits(hits, room=room)
     partners = _partners(index, best, hits)
-    contents = _contents([*best, *(p.message.id for p in partners.values())])  # one read for both
+    neighbours = _answered_turns(index, best)
+    contents = _contents([*best, *(p.message.id for p in partners.values()), *(m.id for m in neighbours)])
     items = [_hit_item(state, hit, contents.get(hit.message.id, ""), score) for hit, score in best.values()]
-    if BROAD_QUESTION.search(query):
-        items = spread_over_sessions(items)
-    # Partners are worth NEIGHBOUR_SHARE of their hit and come after all the hits, in the hits' order: placed
-    # right after each hit, ER at 2,000 tokens fell from 0.668 to 0.609 on BEAM-128K 01-07; merged into the
-    # hits by score, or right after each hit for broad questions only, within 0.005 of this on all 20
-    # (2026-11-25). A request for a summary takes them right after their hit (SUMMARY_QUESTION), and so does
-    # a partner short beside its hit (SHORT_PARTNER_SHARE).
+    items, grouped = _grouped(state, index, items, neighbours, contents)
     partner_items = {
         key: _hit_item(
             state,
@@ -352,9 +346,105 @@ def _this_conversation(
             neighbour_of=item.source["seq"],
         )
         for item in items
-        if (key := str(item.source["id"])) in partners
+        if (key := str(item.source["id"])) in partners and partners[key].message.id not in grouped
     }
-    return with_partners(items, partner_items, inline=summary)
+    return with_partners(items, partner_items, inline=False)
+
+
+def _best_hits(hits: list[PassageHit], *, room: int) -> dict[str, tuple[PassageHit, float]]:
+    """The best messages, best first, each with its best passage and its score, until they hold
+    HIT_OVERFETCH times the room (at least MIN_CANDIDATES). Each day's n-th message weighs SESSION_DECAY**n
+    in that order (a person's facts are spread over sessions); the scores reported stay their own."""
+    per_day: dict[object, int] = {}
+    ranked = []
+    for message_id, (hit, score) in sorted(_best_per_message(hits).items(), key=lambda e: -e[1][1]):
+        day = hit.message.created_at.date()
+        ranked.append((score * SESSION_DECAY ** per_day.get(day, 0), message_id, hit, score))
+        per_day[day] = per_day.get(day, 0) + 1
+    ranked.sort(key=lambda r: -r[0])
+    best: dict[str, tuple[PassageHit, float]] = {}
+    tokens, wanted = 0, HIT_OVERFETCH * room
+    for _weighed, message_id, hit, score in ranked:
+        if tokens >= wanted and len(best) >= MIN_CANDIDATES:
+            break
+        best[message_id] = (hit, score)
+        whole = len(hit.message.passages) == 1
+        tokens += hit.message.token_count if whole else int(EXCERPT_MIN_WORDS * 4 / 3)
+    return best
+
+
+def _short(message: IndexedMessage) -> bool:
+    return len(message.passages) == 1 and message.token_count <= SHORT_TURN_TOKENS
+
+
+def _groupable(message: IndexedMessage) -> bool:
+    return len(message.passages) == 1 and message.token_count <= GROUP_TURN_TOKENS
+
+
+def _same_session(a: IndexedMessage, b: IndexedMessage) -> bool:
+    return a.created_at.date() == b.created_at.date()
+
+
+def _answered_turns(index: ConversationIndex, best: dict[str, Any]) -> list[IndexedMessage]:
+    """For each short hit (SHORT_TURN_TOKENS), the turn before it in the same session, which it answers."""
+    found = []
+    for hit, _score in best.values():
+        position = index.by_seq.get(hit.message.seq)
+        if position and _short(hit.message):
+            before = index.messages[position - 1]
+            if before.id not in best and len(before.passages) == 1 and _same_session(before, hit.message):
+                found.append(before)
+    return found
+
+
+def _grouped(
+    state: ContextState,
+    index: ConversationIndex,
+    items: list[Item],
+    neighbours: list[IndexedMessage],
+    contents: dict[str, str],
+) -> tuple[list[Item], set[str]]:
+    """The hits with consecutive whole turns of one session under one label (_group_item), in the hits'
+    order (a group takes the place of its best hit), and the ids of the turns grouped."""
+    whole = {
+        str(i.source["id"]): i
+        for i in items
+        if "span" not in i.source and _groupable(index.messages[index.by_seq[int(i.source["seq"])]])
+    }
+    turns = {m.id: m for m in neighbours}
+    for item in whole.values():
+        turns[str(item.source["id"])] = index.messages[index.by_seq[int(item.source["seq"])]]
+    runs = _runs(sorted(turns.values(), key=lambda m: m.seq), index)
+    if all(len(run) == 1 for run in runs):
+        return items, set()
+    run_of = {m.id: n for n, run in enumerate(runs) for m in run}
+    placed: set[int] = set()
+    grouped_items: list[Item] = []
+    grouped: set[str] = set()
+    for item in items:
+        key = str(item.source["id"])
+        run = run_of.get(key) if key in whole else None
+        if run is None or len(runs[run]) == 1:
+            grouped_items.append(item)
+        elif run not in placed:
+            placed.add(run)
+            grouped_items.append(_group_item(state, runs[run], contents, item))
+            grouped.update(m.id for m in runs[run])
+    return grouped_items, grouped
+
+
+def _runs(turns: list[IndexedMessage], index: ConversationIndex) -> list[list[IndexedMessage]]:
+    """`turns` (in seq order) cut into runs of turns that follow each other in one session."""
+    runs: list[list[IndexedMessage]] = []
+    for turn in turns:
+        previous = runs[-1][-1] if runs else None
+        follows = previous is not None and index.by_seq[turn.seq] == index.by_seq[previous.seq] + 1
+        room = runs and sum(t.token_count for t in runs[-1]) + turn.token_count <= GROUP_MAX_TOKENS
+        if follows and room and previous is not None and _same_session(previous, turn):
+            runs[-1].append(turn)
+        else:
+            runs.append([turn])
+    return runs
 
 
 def with_partners(items: list[Item], partners: dict[str, Item], *, inline: bool) -> list[Item]:
@@ -372,42 +462,6 @@ def with_partners(items: list[Item], partners: dict[str, Item], *, inline: bool)
     return placed + after
 
 
-def exchange_scored(index: ConversationIndex, hits: list[PassageHit]) -> list[PassageHit]:
-    """The hits, each scored with EXCHANGE_WEIGHT times the best score of the other half of its exchange
-    among the hits added (a request for a summary is answered from exchanges)."""
-    best = _best_per_message(hits)
-    scored = []
-    for hit in hits:
-        other = _exchange_partner(index, hit.message.seq)
-        bonus = best[other.id][1] if other is not None and other.id in best else 0.0
-        scored.append(dataclasses.replace(hit, score=hit.score + EXCHANGE_WEIGHT * bonus))
-    return scored
-
-
-def _session_key(item: Item, sessions_by_day: bool, bucket: int) -> str:
-    if sessions_by_day:
-        return str(item.source["created_at"])[:10]
-    return str(int(item.source["seq"]) // bucket)
-
-
-def spread_over_sessions(items: list[Item]) -> list[Item]:
-    """A question about the whole history ("summarise…", "in what order did I…") is answered from every
-    session, not from the few best hits of one: the first hit of each session in turn, sessions in the order
-    of their first hit. A session is a day of the messages' dates (or, when they share one day, a stretch
-    of seqs). The scores stay as they were; the order is the placing order."""
-    if len(items) < 2:
-        return items
-    days = {str(i.source["created_at"])[:10] for i in items}
-    bucket = max(1, (max(int(i.source["seq"]) for i in items) + 1) // SEQ_SESSIONS)
-    sessions: dict[str, list[Item]] = {}
-    for item in items:
-        sessions.setdefault(_session_key(item, len(days) > 1, bucket), []).append(item)
-    spread: list[Item] = []
-    for turn in range(max(len(v) for v in sessions.values())):
-        spread += [group[turn] for group in sessions.values() if turn < len(group)]
-    return spread
-
-
 def _archival(state: ContextState, index: ConversationIndex, query: str, expansion: str) -> list[Item]:
     """The end user's archival memories the question finds, each scored on the history's scale (relevance:
     the larger of its cosine similarity with what the question is about and its lexical share in this
@@ -423,10 +477,12 @@ def _archival(state: ContextState, index: ConversationIndex, query: str, expansi
     for degradation in outcome.degradations:
         state.degrade("retrieve", degradation["code"], degradation["message"])
     lexical = lexical_shares(index, focus, [hit.memory.content for hit in outcome.hits])
+    said_on = _source_days([str(i) for hit in outcome.hits for i in hit.memory.source_message_ids or []])
     items = []
     for hit, lexical_share in zip(outcome.hits, lexical, strict=True):
         memory = hit.memory
-        text = f"[memory, {memory.kind}] {memory.content}"
+        days = sorted({said_on[str(i)] for i in memory.source_message_ids or [] if str(i) in said_on})
+        text = f"[memory, {', '.join([memory.kind, *days])}] {memory.content}"
         source = {
             "kind": "archival",
             "id": str(memory.id),
@@ -440,6 +496,14 @@ def _archival(state: ContextState, index: ConversationIndex, query: str, expansi
             Item(text=text, tokens=count_cached(text, model=state.model), source=source, score=hit.score)
         )
     return items
+
+
+def _source_days(ids: list[str]) -> dict[str, str]:
+    """The day each of these messages was said: a memory carries the date of what it was taken from."""
+    if not ids:
+        return {}
+    rows = Message.objects.filter(pk__in=ids).values_list("id", "created_at")
+    return {str(pk): created.date().isoformat() for pk, created in rows}
 
 
 def by_relevance(messages: list[Item], memories: list[Item]) -> list[Item]:
@@ -492,7 +556,9 @@ def stand_ins(messages: list[Item], memories: list[Item]) -> tuple[list[Item], l
     verbatim) is placed right after the last of them, as its shorter stand-in, instead of by its own rank: the
     budget stage shows it only when the message did not fit (context.pipeline._place_retrieval). Returns the
     messages with their stand-ins, and the other memories."""
-    position = {str(item.source["id"]): n for n, item in enumerate(messages)}
+    position = {
+        str(key): n for n, item in enumerate(messages) for key in item.source.get("ids", [item.source["id"]])
+    }
     after: dict[int, list[Item]] = {}
     others: list[Item] = []
     for memory in memories:
@@ -503,11 +569,6 @@ def stand_ins(messages: list[Item], memories: list[Item]) -> tuple[list[Item], l
             others.append(memory)
     merged = [x for n, item in enumerate(messages) for x in (item, *after.get(n, []))]
     return merged, others
-
-
-def candidate_count(room: int, *, said: bool = False) -> int:
-    most = SAID_CANDIDATES if said else MESSAGE_CANDIDATES
-    return max(MIN_CANDIDATES, min(most, room // CANDIDATE_TOKENS))
 
 
 def load_retrieval(state: ContextState, *, room: int) -> None:
@@ -529,10 +590,7 @@ def load_retrieval(state: ContextState, *, room: int) -> None:
     knowledge = _knowledge(state, query)
     index = conversation_index(state.conversation.pk)
     memories = _archival(state, index, query, expansion)
-    messages, memories = stand_ins(
-        _this_conversation(state, index, query, limit=candidate_count(room, said=said_by_user(query))),
-        memories,
-    )
+    messages, memories = stand_ins(_this_conversation(state, index, query, room=room), memories)
     sources = [by_relevance(messages, memories), others, knowledge]
     # Each source's items come in its placing order (this conversation's by value per token, spread over
     # sessions for a broad question, then the hits' exchange partners): kept, not re-sorted.

@@ -83,6 +83,9 @@ class Message(models.Model):
     seq = models.PositiveBigIntegerField(help_text="Canonical order and cursor, strictly increasing.")
     turn = models.ForeignKey(Turn, on_delete=models.SET_NULL, null=True, blank=True, related_name="messages")
     role = models.CharField(max_length=16, choices=Role.choices)
+    # The speaker (OpenAI's message `name`): who said it when several people or agents share a role. "" when
+    # the client gave none; every block that shows the message shows it, and retrieval indexes it.
+    name = models.CharField(max_length=64, blank=True, default="")
     kind = models.CharField(max_length=24, choices=Kind.choices, default=Kind.MESSAGE)
     content = models.TextField(blank=True)
     parts = models.JSONField(default=list, blank=True)

@@ -837,7 +837,7 @@ def _messages_prompt(batch: _Batch) -> str:
         if len(content) > MESSAGE_CHARS:
             content = content[:MESSAGE_CHARS] + " …[cut]"
         marker = "" if message.completed else " (cut off)"
-        lines.append(f"#{message.seq} {message.role}{marker}: {content}")
+        lines.append(f"#{message.seq} {message.name or message.role}{marker}: {content}")
     return "\n".join(lines)
 
 
@@ -1170,7 +1170,7 @@ def _standing_store(
     if looks_secret(item.text):
         return  # the sentence rules note it
     rule = "instruction" if item.label == "instructions" else "preference"
-    line = f"#{message.seq} {item.text}"
+    line = f"#{message.seq} {attributed(message, item.text)}"
     trigger = f"rule:{rule} (message #{message.seq})"
     operation = _core_line_add(end_user, item.label, line, conversation=conversation, trigger=trigger)
     if operation is not None:
@@ -1199,6 +1199,12 @@ def _apply_rules_message(
             stored.append(item)
             _standing_store(run, end_user, conversation, message, item)
         _apply_rules(run, end_user, conversation, message, sentence, embeddings)
+
+
+def attributed(message: Message, text: str) -> str:
+    """What a rule keeps of a named speaker's message says who said it ("Priya: I moved to Lisbon"): in a
+    conversation between several people, "I" alone would make it the end user's."""
+    return f"{message.name}: {text}" if message.name else text
 
 
 def _rule_match(sentence: str) -> tuple[str, re.Match[str] | None, str | None]:
@@ -1271,7 +1277,7 @@ def _rules_embed(batch: _Batch) -> dict[str, Embedding]:
     """The vectors of the archival memories the rules will insert for the batch's user messages, computed
     before _batch_apply locks the cursor (as _plan_embed does for the LLM's plan)."""
     contents = {
-        rule.content
+        attributed(message, rule.content)
         for message in batch.messages
         if message.role == Message.Role.USER
         for sentence in _sentences(message.content)
@@ -1301,9 +1307,10 @@ def _apply_rules(
         return
     if rule.kind is None:
         return
+    content = attributed(message, rule.content)
     outcome = archival_insert(
         end_user=end_user,
-        content=rule.content,
+        content=content,
         kind=rule.kind,
         importance=MEMO_IMPORTANCE if rule.memo else 0.5,
         conversation=conversation,
@@ -1311,7 +1318,7 @@ def _apply_rules(
         actor=Actor.AGENT,
         actor_name="rules",
         trigger=trigger,
-        embedding=embeddings.get(rule.content),  # a miss is embedded here, as before
+        embedding=embeddings.get(content),  # a miss is embedded here, as before
     )
     operation: dict[str, Any] = {
         "op": f"archival_memory_{outcome.action}",

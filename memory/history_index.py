@@ -27,6 +27,7 @@ from django.db.models import Subquery
 
 from conversations.models import Conversation, Message, MessageVector
 from providers.background import server_handler, server_notify
+from providers.dates import Period, mentions
 from providers.embeddings import embedder_status, from_bytes
 from providers.passages import passage_spans
 from providers.ranking import Postings, Vectors, best_first, both_scores, fuse
@@ -71,6 +72,9 @@ class IndexedMessage:
     token_count: int
     completed: bool
     passages: list[int] = field(default_factory=list)
+    name: str = ""  # the speaker, when the client named one
+    # The periods its relative expressions name ("yesterday", "last month"), resolved against created_at.
+    periods: tuple[Period, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,13 @@ class ConversationIndex:
         self.message_seqs = array("q")
         self.message_first_passage = array("i")  # per message position: its first passage (or the next's)
         self.passage_from_user = array("b")  # per passage: 1 when the user said its message
+        self.passage_message = array("i")  # per passage: its message's position
+        self.message_day = array("i")  # per message: the proleptic ordinal of the day it was said
+        self.speakers: dict[str, int] = {}  # a speaker's case-folded name -> its number
+        self.passage_speaker = array("i")  # per passage: its speaker's number (-1: no name)
+        self.names: dict[str, str] = {}  # case-folded -> as written, every named speaker
+        self.dated: list[int] = []  # positions of the messages whose text names a relative period
+        self.tokens = 0  # of every message indexed
         self.indexed_seq = 0
         self.incomplete: set[int] = set()
         self.vectors = Vectors()  # of the passages that have one
@@ -125,15 +136,25 @@ class ConversationIndex:
         ).exists()
         return done
 
-    def _add(self, pk: Any, seq: int, role: str, content: str, tokens: int, created: Any, done: bool) -> None:
+    def _add(
+        self, pk: Any, seq: int, role: str, name: str, content: str, tokens: int, created: Any, done: bool
+    ) -> None:
         position = len(self.messages)
-        message = IndexedMessage(str(pk), seq, role, created, tokens, done)
+        periods = tuple(m.period for m in mentions(content, created.date()))
+        message = IndexedMessage(str(pk), seq, role, created, tokens, done, name=name, periods=periods)
+        speaker = self._speaker(name)
         self.message_first_passage.append(len(self.passages))
         for start, end in passage_spans(content):
             message.passages.append(len(self.passages))
             self.passages.append(Passage(position, start, end))
             self.postings.add(Counter(terms(content[start:end])))
             self.passage_from_user.append(role == Message.Role.USER)
+            self.passage_message.append(position)
+            self.passage_speaker.append(speaker)
+        if periods:
+            self.dated.append(position)
+        self.message_day.append(created.date().toordinal())
+        self.tokens += tokens
         self.messages.append(message)
         self.message_seqs.append(seq)
         self.by_seq[seq] = position
@@ -141,6 +162,13 @@ class ConversationIndex:
         if not done:
             self.incomplete.add(position)
         self.missing_vectors.add(position)
+
+    def _speaker(self, name: str) -> int:
+        if not name:
+            return -1
+        key = name.casefold()
+        self.names.setdefault(key, name)
+        return self.speakers.setdefault(key, len(self.speakers))
 
     def _sync_vectors(self) -> None:
         embedder = embedder_status().embedder
@@ -203,7 +231,7 @@ def _new_messages(conversation_id: Any, after: int) -> Any:
             seq__lte=_last_seq(conversation_id),
         )
         .order_by("seq")
-        .values_list("id", "seq", "role", "content", "token_count", "created_at", "completed")
+        .values_list("id", "seq", "role", "name", "content", "token_count", "created_at", "completed")
     )
 
 
@@ -249,6 +277,11 @@ CENTRING = 0.5
 CENTRED_SHIFT = 2.0
 
 
+# A preference: which passages (a boolean mask over the index's passages, built under its lock) weigh how
+# many times more in the fusion.
+Preference = tuple[Callable[["ConversationIndex"], np.ndarray], float]
+
+
 def search(
     index: ConversationIndex,
     *,
@@ -256,20 +289,19 @@ def search(
     query_vector: "np.ndarray | Callable[[], np.ndarray | None] | None",
     before_seq: int,
     limit: int,
-    user_prior: float = 1.0,
-    user_apart: bool = False,
+    lexical_query: str | None = None,
+    preferences: tuple[Preference, ...] = (),
 ) -> list[PassageHit]:
-    """The best `limit` passages of messages with seq <= before_seq, best first (fused score, the user's own
-    messages' times `user_prior`: weighed before the best are chosen, so that a long reply's many passages
-    cannot crowd the user's messages out of the `limit`). With `user_apart`, each side is ranked among its own
-    passages (to FUSION_DEPTH each) before the prior: a question about what the user said reaches the user's
-    messages however far down the assistant's long replies push them in one ranking of both. A function as
+    """The best `limit` passages of messages with seq <= before_seq, best first (fused score, times the weight
+    of each preference a passage meets: weighed before the best are chosen, so that a long reply's many
+    passages cannot crowd the preferred ones out of the `limit`). BM25 ranks `lexical_query` when given (the
+    question without what a preference already stands for), the vectors `query`. A function as
     `query_vector` is called once BM25 has scored the passages (providers.ranking.both_scores).
 
     Under the index's lock, as sync() is: another request's call on the same conversation may be adding
     passages and vectors meanwhile, and the postings' arrays cannot grow while numpy reads them."""
     with index.lock:
-        return _search(index, query, query_vector, before_seq, limit, user_prior, user_apart)
+        return _search(index, lexical_query or query, query_vector, before_seq, limit, preferences)
 
 
 def _search(
@@ -278,8 +310,7 @@ def _search(
     query_vector: "np.ndarray | Callable[[], np.ndarray | None] | None",
     before_seq: int,
     limit: int,
-    user_prior: float,
-    user_apart: bool,
+    preferences: tuple[Preference, ...],
 ) -> list[PassageHit]:
     if not index.passages:
         return []
@@ -294,17 +325,9 @@ def _search(
     lexical, closeness = both_scores(
         index.postings, index.vectors, terms(query), centred, len(index.passages), shift=CENTRED_SHIFT
     )
-    rankings = ((LEXICAL_WEIGHT, lexical), (VECTOR_WEIGHT, closeness))
-    if user_prior == 1.0:
-        fused = fuse(rankings, eligible, FUSION_DEPTH)
-    else:
-        from_user = np.frombuffer(index.passage_from_user, dtype=np.bool_)
-        if user_apart:
-            fused = fuse(rankings, eligible & ~from_user, FUSION_DEPTH)
-            fused += user_prior * fuse(rankings, eligible & from_user, FUSION_DEPTH)
-        else:
-            fused = fuse(rankings, eligible, FUSION_DEPTH)
-            fused[from_user] *= user_prior
+    fused = fuse(((LEXICAL_WEIGHT, lexical), (VECTOR_WEIGHT, closeness)), eligible, FUSION_DEPTH)
+    for mask_of, weight in preferences:
+        fused[mask_of(index)] *= weight
     return [
         PassageHit(
             message=index.messages[index.passages[i].message],
@@ -316,6 +339,29 @@ def _search(
         )
         for i in best_first(fused, limit).tolist()
     ]
+
+
+def mean_passage_tokens(index: ConversationIndex) -> float:
+    return index.tokens / len(index.passages) if index.passages else 1.0
+
+
+def said_by(index: ConversationIndex, names: frozenset[str], *, user: bool = False) -> np.ndarray:
+    """Per passage: said by one of the speakers `names` (case-folded) or, with `user`, in the user's role."""
+    numbers = [index.speakers[n] for n in names if n in index.speakers]
+    mask = np.isin(np.frombuffer(index.passage_speaker, dtype=np.int32), numbers)
+    if user:
+        mask |= np.frombuffer(index.passage_from_user, dtype=np.bool_)
+    return mask
+
+
+def said_in(index: ConversationIndex, period: Period) -> np.ndarray:
+    """Per passage: its message was said in `period`, or names a period that overlaps it ("yesterday")."""
+    days = np.frombuffer(index.message_day, dtype=np.int32)
+    in_period = (days >= period.first.toordinal()) & (days <= period.last.toordinal())
+    for position in index.dated:
+        if any(period.overlaps(p.first, p.last) for p in index.messages[position].periods):
+            in_period[position] = True
+    return in_period[np.frombuffer(index.passage_message, dtype=np.int32)]
 
 
 def _centred(query_vector: np.ndarray | None, mean: np.ndarray | None) -> np.ndarray | None:

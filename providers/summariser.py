@@ -332,6 +332,7 @@ class SourceMessage:
     role: str
     text: str
     label: str = ""  # e.g. a tool's name, shown as "Tool (name)"
+    name: str = ""  # the speaker the client named, shown instead of the role
 
 
 @dataclass
@@ -584,7 +585,7 @@ def _render(chosen: Iterable[_Sentence], messages: Sequence[SourceMessage]) -> s
     for s in chosen:
         if s.message != current:
             message = messages[s.message]
-            label = _ROLE_LABEL.get(message.role, message.role.title())
+            label = message.name or _ROLE_LABEL.get(message.role, message.role.title())
             if message.label:
                 label = f"{label} ({message.label})"
             lines.append(f"- {label}: {s.text}")

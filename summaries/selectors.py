@@ -67,8 +67,11 @@ def segments_live(*, conversation: Conversation | Any) -> list[SummarySegment]:
 
 
 def segment_prompt_text(segment: SummarySegment) -> str:
-    """A segment as B4 shows it: its seq range, then its text. A pure function of the stored row."""
-    return f"[Messages {segment.start_seq}–{segment.end_seq}]\n{segment.text}"
+    """A segment as B4 shows it: its seq range and the days it covers, then its text. A pure function of the
+    stored row."""
+    first, last = (segment.metadata or {}).get("first_day"), (segment.metadata or {}).get("last_day")
+    days = "" if not first else f", {first}" if first == last else f", {first} to {last}"
+    return f"[Messages {segment.start_seq}–{segment.end_seq}{days}]\n{segment.text}"
 
 
 def segment_source(segment: SummarySegment) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q, Sum
+from django.db.models import F, Max, Min, Q, Sum
 from django.utils import timezone
 
 from conversations.events import event_publish
@@ -217,6 +217,7 @@ def _segment(
             "degradations": summary.degradations,
             "input_tokens": summary.input_tokens,
         }
+    metadata.update(_days(conversation, start_seq, end_seq))
     segment = SummarySegment(
         conversation=conversation,
         start_seq=start_seq,
@@ -233,6 +234,16 @@ def _segment(
     )
     segment.token_count = count_text(segment_prompt_text(segment), model=conversation.model)
     return segment
+
+
+def _days(conversation: Conversation, start_seq: int, end_seq: int) -> dict[str, str]:
+    """The first and last day of the messages a segment covers (B4 says which dates it holds)."""
+    span = Message.objects.filter(
+        conversation=conversation, seq__gte=start_seq, seq__lte=end_seq, kind=Message.Kind.MESSAGE
+    ).aggregate(first=Min("created_at"), last=Max("created_at"))
+    if span["first"] is None:
+        return {}
+    return {"first_day": span["first"].date().isoformat(), "last_day": span["last"].date().isoformat()}
 
 
 def _summarise_raw(
@@ -1036,7 +1047,10 @@ def segments_replay(*, conversation: Conversation, cut: int | None = None) -> li
                 if boundaries
                 else 0,
                 summary_seq=message.seq,
-                metadata={"replayed_from": info.get("id")},
+                metadata={
+                    "replayed_from": info.get("id"),
+                    **_days(conversation, info["startSeq"], info["endSeq"]),
+                },
             )
             segment.token_count = count_text(segment_prompt_text(segment), model=conversation.model)
             segment.save()

@@ -93,13 +93,17 @@ def source_messages(messages: list[Message]) -> list[SourceMessage]:
     out = []
     for message in messages:
         text, label = message_source_text(message)
-        out.append(SourceMessage(seq=message.seq, role=message.role, text=text, label=label))
+        out.append(
+            SourceMessage(seq=message.seq, role=message.role, text=text, label=label, name=message.name)
+        )
     return out
 
 
 def transcript_text(messages: list[SourceMessage]) -> str:
     return "\n\n".join(
-        f"[#{m.seq} {m.role}{' ' + m.label if m.label else ''}] {m.text}" for m in messages if m.text
+        f"[#{m.seq} {m.name or m.role}{' ' + m.label if m.label else ''}] {m.text}"
+        for m in messages
+        if m.text
     )
 
 

@@ -28,6 +28,16 @@ def b5_sources(body):
     return body["blocks"].get("B5", {}).get("items", [])
 
 
+def b5_messages(body) -> list[tuple[int, str]]:
+    """(seq, id) of every message B5 quotes, a group of consecutive turns counted turn by turn."""
+    return [
+        pair
+        for item in b5_sources(body)
+        if item.get("kind") == "message"
+        for pair in zip(item.get("seqs", [item["seq"]]), item.get("ids", [item["id"]]), strict=True)
+    ]
+
+
 def lag_notes(n: int) -> str:
     return f"Ledger replica lag note {n}: the ledger lag was {n * 7} seconds."
 
@@ -67,12 +77,12 @@ def test_nothing_b6_still_shows_is_repeated_and_a_cut_history_comes_back_as_hits
     cut = context(owner, conversation, user_message=LAG_ASK, token_budget=1500)
     window_start = cut["window"]["window_start_seq"]
     assert window_start >= stored[-1].seq  # every note is before the window now
-    items = b5_sources(cut)
+    items = b5_messages(cut)
     # The notes come back as hits, as many as the room the history leaves takes (far more than the eight a
     # fixed top_k used to allow), and only messages the cut left out.
     assert len(items) > 8
-    assert all(i["seq"] <= window_start for i in items)
-    assert {i["id"] for i in items} <= {str(m.id) for m in stored}
+    assert all(seq <= window_start for seq, _id in items)
+    assert {id_ for _seq, id_ in items} <= {str(m.id) for m in stored}
     assert not [d for d in cut["dropped"] if d["block"] == "B5"]  # they all fit
     assert cut["tokens"]["total"] <= 1500
 
@@ -87,7 +97,7 @@ def test_with_room_to_spare_every_hit_is_placed_in_the_order_it_was_said(owner, 
     body = context(owner, conversation, user_message=LAG_ASK, token_budget=8_000)
     assert not [d for d in body["dropped"] if d["block"] == "B6"]
     assert ConversationContext.objects.get(conversation=conversation).window_start_seq == 0
-    seqs = [i["seq"] for i in b5_sources(body)]
+    seqs = [seq for seq, _id in b5_messages(body)]
     assert set(seqs) == {m.seq for m in notes}
     assert seqs == sorted(seqs)  # B5 reads in the order things were said, not by score
     assert body["dropped"] == []

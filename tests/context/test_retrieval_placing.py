@@ -2,25 +2,17 @@
 long message's excerpt says enough to be used, a broad question is answered from every session, and the
 background embedding run leaves the conversation's index ready for the next call."""
 
-from datetime import UTC, datetime, timedelta
-
 import pytest
 
 from context.retrieval import (
     EXCERPT_MIN_WORDS,
-    MESSAGE_CANDIDATES,
     REPEAT_MIN_TRIGRAMS,
-    SAID_PRIOR,
     SHORT_PARTNER_SHARE,
-    SUMMARY_QUESTION,
-    USER_PRIOR,
     _words_before,
     by_relevance,
     excerpt_span,
-    focused,
     quoted_trigrams,
     repeats,
-    user_prior,
     with_partners,
 )
 from conversations.embedding import message_vectors_fill
@@ -68,13 +60,15 @@ def test_an_answer_found_brings_its_question(owner, conversation, lexical_only):
         owner, conversation, user_message="How often to rotate the service account tokens?", token_budget=600
     )
 
-    items = {i["seq"]: i for i in b5_items(body)}
-    assert items[1]["neighbour_of"] == 2
-    assert "neighbour_of" not in items[2]
+    # A short answer alone says little: it comes with the turn it answers, both under one label.
+    (item,) = [i for i in b5_items(body) if 2 in i.get("seqs", [i["seq"]])]
+    assert item["seqs"] == [1, 2]
+    b5_text = body["messages"][-1]["content"]
+    assert "assistant: Rotate the Kubernetes" in b5_text and "user: What should I do about it?" in b5_text
 
 
 def test_a_short_passage_of_a_long_message_is_grown_to_a_usable_excerpt():
-    paragraphs = [" ".join(f"p{p}w{w}" for w in range(140)) for p in range(3)]
+    paragraphs = [" ".join(f"p{p}w{w}" for w in range(EXCERPT_MIN_WORDS)) for p in range(3)]
     text = "\n\n".join([paragraphs[0], "A short heading", paragraphs[1], paragraphs[2]])
     start = text.index("A short heading")
     end = start + len("A short heading")
@@ -85,7 +79,7 @@ def test_a_short_passage_of_a_long_message_is_grown_to_a_usable_excerpt():
     assert excerpt.startswith("A short heading")
     assert len(excerpt.split()) == EXCERPT_MIN_WORDS
     # At the message's end the excerpt grows backwards.
-    tail = text.rindex("p2w139")
+    tail = text.rindex(f"p2w{EXCERPT_MIN_WORDS - 1}")
     back_start, back_end = excerpt_span(text, tail, len(text))
     assert back_end == len(text) and len(text[back_start:back_end].split()) == EXCERPT_MIN_WORDS
     # A passage long enough already is left as it was.
@@ -95,46 +89,6 @@ def test_a_short_passage_of_a_long_message_is_grown_to_a_usable_excerpt():
     straddled = "aaaa " + "b" * 46 + " cc dd"
     assert _words_before(straddled, len(straddled), 3)[-3:] == [5, 52, 55]
     assert _words_before(straddled, len(straddled), 9) == [0, 5, 52, 55]
-
-
-def test_a_broad_question_is_answered_from_every_session(owner, conversation, lexical_only):
-    # Six sessions on six days; the first holds the hits that match best (most of the question's words).
-    day = datetime(2024, 1, 1, tzinfo=UTC)
-    append(
-        conversation,
-        *[
-            {
-                "role": "user",
-                "content": f"Garden project update: watering schedule, compost, tomato seedlings, note {n}.",
-                "created_at": day,
-            }
-            for n in range(8)
-        ],
-    )
-    for session in range(1, 6):
-        append(
-            conversation,
-            *[
-                {
-                    "role": "user",
-                    "content": f"Garden project: tomato seedlings and compost, step {session}.{n}.",
-                    "created_at": day + timedelta(days=7 * session),
-                }
-                for n in range(3)
-            ],
-        )
-    chatter(conversation, 30)
-
-    body = context(
-        owner,
-        conversation,
-        user_message="Summarise how my garden project watering schedule compost tomato seedlings progressed",
-        token_budget=420,
-        retrieval={"top_k": 6},
-    )
-
-    days = {i["created_at"][:10] for i in b5_items(body)}
-    assert len(days) >= 5, days
 
 
 def test_the_background_embedding_run_leaves_the_index_ready(owner, conversation, settings):
@@ -149,26 +103,6 @@ def test_the_background_embedding_run_leaves_the_index_ready(owner, conversation
     assert index.indexed_seq == 3
     assert not index.missing_vectors
     embeddings._build.cache_clear()
-
-
-@pytest.mark.parametrize(
-    "question, searched",
-    [
-        (
-            "Can you list the order in which I brought up different aspects of my budget tracker "
-            "throughout our conversations? Mention ONLY and ONLY three items.",
-            "my budget tracker ? .",
-        ),
-        (
-            "Could you give me a comprehensive summary of how my garden project went?",
-            "how my garden project went?",
-        ),
-        ("Which port does the staging database use?", "Which port does the staging database use?"),
-        ("Can you list them?", "Can you list them?"),  # too little would be left: the question as it is
-    ],
-)
-def test_the_search_leaves_out_how_a_question_is_framed(question, searched):
-    assert focused(question) == searched
 
 
 def test_memories_are_placed_among_the_hits_by_relevance():
@@ -225,20 +159,6 @@ def test_a_partner_short_beside_its_hit_follows_it():
     placed = [i.source["id"] for i in with_partners(hits, partners, inline=False)]
 
     assert placed == ["a2", "u1", "u3", "a6", "u5", "u7", "a4", "a8"]
-
-
-@pytest.mark.parametrize(
-    ("question", "summary"),
-    [
-        ("Can you summarize how my budget tracker progressed?", True),
-        ("Give me an overview of the deployment work.", True),
-        ("A quick recap of what we decided, please.", True),
-        ("In what order did I bring up the features?", False),
-        ("Which port does the staging database use?", False),
-    ],
-)
-def test_a_request_for_a_summary_is_told_from_other_broad_questions(question, summary):
-    assert bool(SUMMARY_QUESTION.search(question)) is summary
 
 
 def test_a_memory_carries_its_relevance_on_the_scale_of_the_message_hits(owner, conversation, lexical_only):
@@ -323,21 +243,7 @@ def test_a_question_about_what_i_said_is_answered_from_my_own_messages(owner, co
     assert 1 in {i["seq"] for i in b5_items(body)}
 
 
-@pytest.mark.parametrize(
-    ("question", "prior"),
-    [
-        ("Can you list the order in which I brought up the parts of my app?", SAID_PRIOR),
-        ("How far away did I say my parents live?", SAID_PRIOR),
-        ("What did I mention about the deadline?", SAID_PRIOR),
-        ("Where is my copper kettle?", USER_PRIOR),
-        ("Which port does the staging database use?", 1.0),
-    ],
-)
-def test_what_the_user_said_weighs_the_users_messages_most(question, prior):
-    assert user_prior(question) == prior
-
-
-def test_asked_what_i_said_more_of_my_short_messages_are_candidates(owner, conversation, lexical_only):
+def test_the_candidates_follow_the_room_not_a_fixed_count(owner, conversation, lexical_only):
     filler = "with the lid, the handle, the spout, the base, the cord, the switch and the light all checked"
     for start in range(0, 200, 50):
         append(
@@ -352,38 +258,12 @@ def test_asked_what_i_said_more_of_my_short_messages_are_candidates(owner, conve
             ],
         )
 
-    said = context(owner, conversation, user_message="What did I say about each kettle?", token_budget=8000)
-    asked = context(owner, conversation, user_message="Which kettle needs descaling?", token_budget=8000)
+    large = context(owner, conversation, user_message="Which kettle needs descaling?", token_budget=8000)
 
-    def hits(body):
-        return [i for i in b5_items(body) if "neighbour_of" not in i]
-
-    assert len(hits(asked)) == MESSAGE_CANDIDATES
-    assert len(hits(said)) > MESSAGE_CANDIDATES
-
-
-def test_for_a_summary_an_exchange_whose_halves_both_match_comes_first():
-    from datetime import UTC, datetime
-
-    from context.retrieval import EXCHANGE_WEIGHT, exchange_scored
-    from memory.history_index import ConversationIndex, PassageHit
-
-    index = ConversationIndex("conversation")
-    for seq, role in ((1, "user"), (2, "assistant"), (3, "user"), (4, "assistant")):
-        index._add(f"m{seq}", seq, role, f"message {seq}", 10, datetime.now(UTC), True)
-
-    def hit(seq: int, score: float) -> PassageHit:
-        message = index.messages[seq - 1]
-        return PassageHit(message=message, start=0, end=9, score=score, lexical=0.0, similarity=0.0)
-
-    hits = [hit(3, 0.32), hit(1, 0.30), hit(2, 0.20)]  # the reply 4 to question 3 is no hit
-
-    scored = {h.message.seq: h.score for h in exchange_scored(index, hits)}
-
-    assert scored == pytest.approx(
-        {3: 0.32, 1: 0.30 + EXCHANGE_WEIGHT * 0.20, 2: 0.20 + EXCHANGE_WEIGHT * 0.30}
-    )
-    assert max(scored, key=scored.get) == 1
+    hits = [i for i in b5_items(large) if "neighbour_of" not in i]
+    # Sixty hits of ~40 tokens held a third of an 8,000-token prompt: the room decides how many are read.
+    assert len(hits) > 60
+    assert large["tokens"]["total"] >= 0.9 * 8000
 
 
 def _config(replicas: int) -> str:

@@ -116,7 +116,7 @@ def test_b5_carries_memories_and_recalled_messages_with_their_seq(owner, convers
         owner, conversation, user_message="Which vault entry holds the rollback password for kestrel?"
     )
     items = body["blocks"]["B5"]["items"]
-    kinds = [(i["kind"], i.get("seq")) for i in items]
+    kinds = [(i["kind"], seq) for i in items for seq in i.get("seqs", [i.get("seq")])]
     assert ("message", marker.seq) in kinds
     assert items[0]["kind"] == "archival"
     assert "kestrel" in body["messages"][-1]["content"]

@@ -105,22 +105,36 @@ def found(index, *, limit: int, **options) -> list[int]:
     return [h.message.seq for h in hits]
 
 
-def test_the_user_prior_weighs_before_the_best_passages_are_chosen(conversation):
+def test_a_preference_weighs_before_the_best_passages_are_chosen(conversation):
     index = reply_then_user(conversation, "Once a month I clean the kettle with citric acid, it works.")
+    users = ((lambda i: history_index.said_by(i, frozenset(), user=True), 2.5),)
 
     assert set(found(index, limit=3)) == {1}  # the reply's passages fill the limit
-    assert 2 in found(index, limit=3, user_prior=2.5)  # weighed first, the user's own message is among them
+    assert 2 in found(
+        index, limit=3, preferences=users
+    )  # weighed first, the user's own message is among them
 
 
-def test_with_the_user_apart_a_user_message_past_the_fusion_depth_is_reached(conversation, monkeypatch):
-    monkeypatch.setattr(history_index, "FUSION_DEPTH", 4)
-    index = reply_then_user(conversation, "I said the kettle needs citric acid.")
+def test_a_named_speakers_turns_and_a_periods_messages_are_told_apart():
+    from datetime import UTC, datetime
 
-    # The reply's six passages match better: in one ranking of both sides the user's message is past the
-    # depth, and no prior reaches a score of nothing.
-    assert set(found(index, limit=10, user_prior=10.0)) == {1}
-    assert set(found(index, limit=10, user_prior=10.0, user_apart=True)) == {1, 2}
-    assert found(index, limit=1, user_prior=10.0, user_apart=True) == [2]  # and the prior puts it first
+    from providers.dates import question_period
+
+    index = history_index.ConversationIndex("conversation")
+    rows = (
+        (1, "Priya", "I went to a pottery class yesterday.", datetime(2023, 5, 8, tzinfo=UTC)),
+        (2, "Tomas", "Nice, I went hiking.", datetime(2023, 5, 8, tzinfo=UTC)),
+        (3, "Priya", "Back at work today.", datetime(2023, 6, 2, tzinfo=UTC)),
+    )
+    for seq, name, content, created in rows:
+        index._add(f"m{seq}", seq, "user", name, content, 10, created, True)
+
+    assert history_index.said_by(index, frozenset({"priya"})).tolist() == [True, False, True]
+    assert history_index.said_by(index, frozenset({"nobody"})).tolist() == [False, False, False]
+    may_7 = question_period("What happened on 7 May 2023?")
+    # Said on 8 May, but its "yesterday" is 7 May.
+    assert history_index.said_in(index, may_7).tolist() == [True, False, False]
+    assert history_index.said_in(index, question_period("in June 2023")).tolist() == [False, False, True]
 
 
 def test_search_reads_the_index_under_its_lock(conversation, monkeypatch):
@@ -153,7 +167,7 @@ def test_the_passages_a_search_may_return_are_those_of_messages_up_to_its_seq():
         (3, "user", "beta"),
         (5, "tool", "x"),
     ):
-        index._add(f"m{seq}", seq, role, content, 10, datetime.now(UTC), True)
+        index._add(f"m{seq}", seq, role, "", content, 10, datetime.now(UTC), True)
     assert len(index.passages) == 4
     until = [history_index._passages_until(index, seq) for seq in (0, 1, 2, 3, 4, 5, 99)]
     assert until == [0, 2, 2, 3, 3, 4, 4]
@@ -197,7 +211,7 @@ def test_what_the_whole_conversation_shares_does_not_decide_the_vector_ranking(m
     subject = [_unit(1, 0.05 * n, 0) for n in range(8)]
     aspect = _unit(0.5, 0, 0.866)
     for seq, vector in enumerate([*subject, aspect], start=1):
-        index._add(f"m{seq}", seq, "user", f"message {seq}", 10, datetime.now(UTC), True)
+        index._add(f"m{seq}", seq, "user", "", f"message {seq}", 10, datetime.now(UTC), True)
         index.vectors[seq - 1] = vector
     question = _unit(1, 0, 0.4)
 
