@@ -214,8 +214,45 @@ class KindField(serializers.CharField):
     pass
 
 
+@extend_schema_field(
+    {
+        "type": "string",
+        "maxLength": services.MESSAGE_NAME_MAX,
+        "nullable": True,
+        "description": "The speaker (OpenAI's message name): who said it when several people or agents "
+        "share a role. No control or format characters; surrounding whitespace is trimmed; empty, blank "
+        "or null means none.",
+    }
+)
+class MessageNameField(serializers.Field):
+    """A speaker's name, every refusal coded invalid_name (a CharField would answer a number or a null with
+    codes of its own, before any check of ours)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(required=False, default="", **kwargs)
+
+    def run_validation(self, data: Any = serializers.empty) -> Any:
+        if data is serializers.empty:
+            return super().run_validation(data)
+        return self.to_internal_value(data)
+
+    def to_internal_value(self, data: Any) -> str:
+        try:
+            return services.message_name_check(data)
+        except ValueError as exc:
+            reason = str(exc)
+            raise ValidationError(
+                [ErrorDetail(reason[:1].upper() + reason[1:], code="invalid_name")]
+            ) from None
+
+    def to_representation(self, value: Any) -> Any:
+        # Only the schema's default is rendered through here: messages go out by MessageOutputSerializer.
+        return value
+
+
 class MessageInputSerializer(StrictSerializer):
     role = RoleField()
+    name = MessageNameField()
     kind = KindField(required=False, default=Message.Kind.MESSAGE)
     content = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
     parts = PartsField(required=False, default=list)

@@ -10,6 +10,7 @@ from rest_framework import serializers
 
 from conversations.embedding import retrieval_index_status
 from conversations.models import Conversation, Message, Turn
+from conversations.selectors import conversation_participants
 
 
 def _time(value: datetime | None) -> str | None:
@@ -28,6 +29,9 @@ class MessageOutputSerializer(serializers.ModelSerializer):
     conversation_id = serializers.UUIDField(read_only=True)
     turn_id = serializers.UUIDField(read_only=True, allow_null=True)
     parent_id = serializers.UUIDField(read_only=True, allow_null=True)
+    name = serializers.CharField(
+        read_only=True, allow_null=True, help_text="The speaker (OpenAI's message name); null when none."
+    )
 
     class Meta:
         model = Message
@@ -38,6 +42,7 @@ class MessageOutputSerializer(serializers.ModelSerializer):
             "turn_id",
             "parent_id",
             "role",
+            "name",
             "kind",
             "content",
             "parts",
@@ -60,6 +65,7 @@ class MessageOutputSerializer(serializers.ModelSerializer):
             "turn_id": _uuid(m.turn_id),
             "parent_id": _uuid(m.parent_id),
             "role": m.role,
+            "name": m.name or None,
             "kind": m.kind,
             "content": m.content,
             "parts": m.parts,
@@ -122,19 +128,32 @@ class RetrievalIndexSerializer(serializers.Serializer):
     model = serializers.CharField(allow_null=True, help_text="The embedding model; null: lexical only.")
 
 
+class ParticipantSerializer(serializers.Serializer):
+    name = serializers.CharField(
+        allow_null=True, help_text="The speaker's name; null for the role's messages without one."
+    )
+    role = serializers.CharField(help_text="system, user, assistant or tool.")
+    messages = serializers.IntegerField(help_text="How many messages (kind message) this speaker wrote.")
+
+
 class ConversationDetailOutputSerializer(ConversationOutputSerializer):
-    """One conversation, with the state of its retrieval index: a client that imported history can wait
-    until `embedded` reaches `messages` (vectors are computed in the background)."""
+    """One conversation, with the state of its retrieval index (a client that imported history can wait
+    until `embedded` reaches `messages`: vectors are computed in the background) and who took part."""
 
     retrieval_index = serializers.SerializerMethodField()
+    participants = serializers.SerializerMethodField()
 
     class Meta(ConversationOutputSerializer.Meta):
-        fields = [*ConversationOutputSerializer.Meta.fields, "retrieval_index"]
+        fields = [*ConversationOutputSerializer.Meta.fields, "retrieval_index", "participants"]
         read_only_fields = fields
 
     @extend_schema_field(RetrievalIndexSerializer)
     def get_retrieval_index(self, obj: Conversation) -> dict[str, Any]:
         return retrieval_index_status(obj)
+
+    @extend_schema_field(ParticipantSerializer(many=True))
+    def get_participants(self, obj: Conversation) -> list[dict[str, Any]]:
+        return conversation_participants(conversation=obj)
 
 
 class MessageBatchOutputSerializer(serializers.Serializer):

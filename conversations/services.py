@@ -6,10 +6,11 @@ import dataclasses
 import functools
 import json
 import logging
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -129,15 +130,45 @@ def message_size(content: str, parts: list[dict[str, Any]], metadata: dict[str, 
     return size
 
 
-def _text_token_count(*, role: str, content: str, parts: list[dict[str, Any]], model: str) -> int:
-    return count_message(role=role, content=content, model=model, extra_text=parts_token_text(parts))
+def _text_token_count(
+    *, role: str, content: str, parts: list[dict[str, Any]], model: str, name: str = ""
+) -> int:
+    return count_message(
+        role=role, content=content, name=name or None, model=model, extra_text=parts_token_text(parts)
+    )
 
 
-def message_token_count(*, role: str, content: str, parts: list[dict[str, Any]], model: str) -> int:
-    """Tokens of a message as the model sees it, images included (by the model's provider rule; a
-    duplicate or a compacted image costs its one line of text)."""
-    text = _text_token_count(role=role, content=content, parts=parts, model=model)
+def message_token_count(
+    *, role: str, content: str, parts: list[dict[str, Any]], model: str, name: str = ""
+) -> int:
+    """Tokens of a message as the model sees it, its speaker's name and images included (by the model's
+    provider rule; a duplicate or a compacted image costs its one line of text)."""
+    text = _text_token_count(role=role, content=content, parts=parts, model=model, name=name)
     return text + visual.parts_image_tokens(parts, model=model)
+
+
+# The column's length, as sent: the schema's maxLength is the input's (tenants.api.StrictSerializer).
+MESSAGE_NAME_MAX = cast(int, Message._meta.get_field("name").max_length)
+# Unicode categories a speaker's name must not hold: control and format characters (bidi overrides, zero
+# widths, which make two names look alike), surrogates, and line or paragraph separators, which would
+# break the one-line labels names are shown in.
+_NAME_REFUSED_CATEGORIES = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+
+
+def message_name_check(value: Any) -> str:
+    """A speaker's name as stored: trimmed, "" for none (absent, null, empty or blank). ValueError, with a
+    sentence a client can read, when it is not a string, is longer than the column as sent, or holds a
+    control character."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError("must be a string.")
+    if len(value) > MESSAGE_NAME_MAX:
+        raise ValueError(f"must be at most {MESSAGE_NAME_MAX} characters.")
+    for char in value:
+        if unicodedata.category(char) in _NAME_REFUSED_CATEGORIES:
+            raise ValueError(f"must not contain control characters (found U+{ord(char):04X}).")
+    return value.strip()
 
 
 def _prepare(
@@ -145,6 +176,7 @@ def _prepare(
 ) -> dict[str, Any]:
     """Normalise one validated message, validate and hash its new images, and count its tokens (outside
     the lock: decoding and tokenising are the slow parts)."""
+    name = _name(item.get("name"), index)
     parts = item.get("parts") or []
     content = item.get("content")
     if content is None:
@@ -166,16 +198,10 @@ def _prepare(
     )
     created_at = _created_at(item.get("created_at"), index)
     role = item["role"]
-    usage = item.get("usage")
-    if usage is not None and role != Message.Role.ASSISTANT:
-        raise ApplicationError(
-            f"Message {index}: usage belongs on assistant messages.",
-            code="usage_not_allowed",
-            extra={"index": index},
-        )
     return {
-        "usage": usage,
+        "usage": _usage(item.get("usage"), role, index),
         "role": role,
+        "name": name,
         "kind": item.get("kind", Message.Kind.MESSAGE),
         "content": content,
         "parts": parts,
@@ -189,7 +215,7 @@ def _prepare(
         "created_at": created_at,
         # With new images the text is counted here and the images once they are stored (dedup decides).
         "token_count": (_text_token_count if images.has_new else message_token_count)(
-            role=role, content=content, parts=parts, model=model
+            role=role, content=content, parts=parts, model=model, name=name
         ),
         "images": images,
     }
@@ -219,10 +245,33 @@ def _created_at(created_at: datetime | None, index: int) -> datetime | None:
         ) from None
 
 
+def _usage(usage: dict[str, Any] | None, role: str, index: int) -> dict[str, Any] | None:
+    if usage is not None and role != Message.Role.ASSISTANT:
+        raise ApplicationError(
+            f"Message {index}: usage belongs on assistant messages.",
+            code="usage_not_allowed",
+            extra={"index": index},
+        )
+    return usage
+
+
+def _name(name: Any, index: int) -> str:
+    """The item's speaker, checked (the API's serializer checks it first; other callers reach here)."""
+    try:
+        return message_name_check(name)
+    except ValueError as exc:
+        raise ApplicationError(
+            f"Message {index}: name {exc}", code="invalid_name", extra={"index": index}
+        ) from None
+
+
 def _same_message(existing: Message, prepared: dict[str, Any]) -> bool:
-    # What the message says is compared; its metadata, flags and created_at are not: a client that stamps
-    # each retry with its own clock is still sending the same message, and gets the original back.
+    # What the message says, and who says it, is compared; its metadata, flags and created_at are not: a
+    # client that stamps each retry with its own clock is still sending the same message, and gets the
+    # original back.
     if existing.role != prepared["role"] or existing.kind != prepared["kind"]:
+        return False
+    if existing.name != prepared["name"]:
         return False
     if existing.content != prepared["content"]:
         return False
@@ -688,7 +737,11 @@ def message_update(
                 visual.parts_check_references(parts, tenant_id=locked.conversation.tenant_id)
             locked.content, locked.parts = new_content, new_parts
             locked.token_count = message_token_count(
-                role=locked.role, content=new_content, parts=new_parts, model=locked.conversation.model
+                role=locked.role,
+                content=new_content,
+                parts=new_parts,
+                model=locked.conversation.model,
+                name=locked.name,
             )
             fields += ["content", "parts", "token_count"]
         if completed is not None and completed != locked.completed:

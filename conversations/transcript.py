@@ -18,7 +18,13 @@ from rest_framework.exceptions import ValidationError
 
 from conversations.models import Conversation, Message, Turn
 from conversations.parts import parts_validate
-from conversations.services import default_model, message_size, message_time_check, message_token_count
+from conversations.services import (
+    default_model,
+    message_name_check,
+    message_size,
+    message_time_check,
+    message_token_count,
+)
 from tenants.errors import ApplicationError
 from tenants.models import Tenant
 from tenants.services import end_user_get_or_create
@@ -74,6 +80,8 @@ def message_line(message: Message, *, parent_uuid: str | None, turn_index: int |
     if message.kind == Message.Kind.COMPACT_SUMMARY:
         entry["isCompactSummary"] = True
     entry["role"] = message.role
+    if message.name:
+        entry["name"] = message.name
     entry["content"] = message.content
     if message.parts:
         entry["parts"] = message.parts
@@ -304,6 +312,7 @@ def _message_rows(
                 "turn_index": turn_index,
                 "seq": seq,
                 "role": role,
+                "name": _row_name(entry, line_no),
                 "kind": _kind(entry, line_no),
                 "content": content,
                 "parts": parts,
@@ -360,6 +369,14 @@ def _row_content(
     if message_size(content, parts, metadata) > max_message_bytes:
         raise _bad(line_no, f"the message is larger than {max_message_bytes} bytes.")
     return role, content, parts, metadata
+
+
+def _row_name(entry: dict[str, Any], line_no: int) -> str:
+    """The line's speaker, held to what the API takes ("" when the line names none)."""
+    try:
+        return message_name_check(entry.get("name"))
+    except ValueError as exc:
+        raise _bad(line_no, f"name {exc}") from None
 
 
 def _row_position(
@@ -447,6 +464,7 @@ def _messages_create(
                 turn_id=turn_ids.get(row["turn_index"]) if row["turn_index"] is not None else None,
                 parent_id=new_ids[row["explicit_parent"]] if row["explicit_parent"] else None,
                 role=row["role"],
+                name=row["name"],
                 kind=row["kind"],
                 content=row["content"],
                 parts=row["parts"],
@@ -455,7 +473,11 @@ def _messages_create(
                 idempotency_key=row["idempotency_key"],
                 metadata=row["metadata"],
                 token_count=message_token_count(
-                    role=row["role"], content=row["content"], parts=row["parts"], model=model
+                    role=row["role"],
+                    content=row["content"],
+                    parts=row["parts"],
+                    model=model,
+                    name=row["name"],
                 ),
                 **extra,
             )

@@ -26,7 +26,9 @@ def message_hash(item: dict[str, Any]) -> str:
     """sha256 of canonical_json({"r": role, "c": content, "p": parts}). A text message's JSON is spelled out
     (sorted keys, no spaces: the same bytes) rather than built by json.dumps, whose per-call encoder set-up
     was half the time of hashing a whole list of short messages. The keys stored from these hashes must never
-    change: a conversation's stored prefix would stop matching and its history be appended again."""
+    change: a conversation's stored prefix would stop matching and its history be appended again. That is
+    why the speaker's name stays out: histories stored before names were kept carry keys without them, and
+    a client resending such a list with its names must still find it stored."""
     content, role = item["content"], item["role"]
     if not item["parts"] and isinstance(content, str) and isinstance(role, str):
         text = f'{{"c":{encode_basestring(content)},"p":[],"r":{encode_basestring(role)}}}'

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from context.proxy.errors import ProxyError
+from conversations.services import message_name_check
 
 OPENAI = "openai"
 ANTHROPIC = "anthropic"
@@ -44,8 +45,13 @@ _NO_FETCH = (
 )
 
 
-def _item(role: str, content: str, parts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"role": role, "content": content, "parts": parts or []}
+def _item(
+    role: str, content: str, parts: list[dict[str, Any]] | None = None, name: str = ""
+) -> dict[str, Any]:
+    item: dict[str, Any] = {"role": role, "content": content, "parts": parts or []}
+    if name:
+        item["name"] = name
+    return item
 
 
 def _common(body: Any, fmt: str) -> tuple[str, list[Any]]:
@@ -121,8 +127,19 @@ def _openai_tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
     return parts
 
 
+def _openai_name(message: dict[str, Any], where: str) -> str:
+    """The speaker a user or assistant message names (OpenAI's `name`), held to what the REST API takes."""
+    try:
+        return message_name_check(message.get("name"))
+    except ValueError as exc:
+        raise ProxyError(
+            f"{where}.name {exc}", code="invalid_name", status=400, param=f"{where}.name"
+        ) from None
+
+
 def _openai_message(message: Any, index: int) -> tuple[str | None, dict[str, Any] | None]:
-    """(system text, None) for a system or developer message, else (None, the Mnemo item)."""
+    """(system text, None) for a system or developer message, else (None, the Mnemo item). A system
+    message's name goes nowhere: its text joins the client's system text, which is no one's turn."""
     where = f"messages.{index}"
     if not isinstance(message, dict):
         raise _invalid(f"{where} must be an object.", where)
@@ -131,10 +148,10 @@ def _openai_message(message: Any, index: int) -> tuple[str | None, dict[str, Any
     if role in ("system", "developer"):
         return text, None
     if role == "user":
-        return None, _item("user", text, images)
+        return None, _item("user", text, images, _openai_name(message, where))
     if role == "assistant":
         calls = _openai_tool_calls(message["tool_calls"], where) if message.get("tool_calls") else []
-        return None, _item("assistant", text, calls)
+        return None, _item("assistant", text, calls, _openai_name(message, where))
     if role == "tool":
         call_id = message.get("tool_call_id")
         if not isinstance(call_id, str):
