@@ -11,12 +11,11 @@ Method:
    conversation, end user "<dataset id>-b<B>", its messages appended in seq order in batches
    (POST /api/v1/conversations/{id}/messages {"messages": [{role, content, created_at}, ...]}), with
    created_at from the data. A message over MNEMO_MAX_MESSAGE_BYTES is sent truncated to the limit and the
-   header says so (BEAM has one: a broken reply of 349K characters, mostly whitespace). Then wait until
-   GET /api/v1/conversations/{id} reports retrieval_index.embedded == messages, and until
-   GET /api/v1/conversations/{id}/memory-agent reports nothing pending (--index-timeout, for both).
-   Then settle, as a client that keeps its budget would have: one context call per conversation at its
-   budget (not scored; a call that queues a compaction sizes it for that budget), and wait until
-   GET .../summaries reports no compaction queued or running; again while the calls still queue one.
+   header says so (BEAM has one: a broken reply of 349K characters, mostly whitespace); a message's `name`
+   (its speaker) is sent when the data has one. Then wait, as a client that imported a history would, on
+   the one readiness signal GET /api/v1/conversations/{id} reports (`readiness.ready`: vectors, the memory
+   agent's reading, due compactions; --index-timeout). No context call before the questions: the first
+   question at a budget is the first call at it.
 2. Ask. Every question of the conversation, in dataset order, as if after the last message:
    POST .../context {"user_message": <question>, "token_budget": B, "format": "openai"}. Recorded per call:
    client wall time, tokens.total, timings, degradation codes, dropped blocks, B5's tokens and item scores.
@@ -52,7 +51,7 @@ free port; stopped at the end, also on error or Ctrl-C.
                                      Celery worker too; without, tasks run eagerly in the server)
   --url URL --api-key KEY            an already running server: nothing started or stopped
 Data not kept is removed at the end: the temporary var dir, or the conversations this run created.
-  --index-timeout S                  seconds to wait for the retrieval index and the memory agent (1800)
+  --index-timeout S                  seconds to wait for the conversations to be ready (1800)
   --json PATH                        per-question results (evidence seqs and which were present, ER,
                                      tokens, B5 tokens, latency, degradations)
 """
@@ -438,7 +437,6 @@ class Load:
     seconds: float = 0.0
     index_seconds: float = 0.0
     index_note: str = ""
-    settle_note: str = ""
     skipped: int = 0  # (conversation, budget) pairs a kept load already held
     warnings: list[str] = field(default_factory=list)
 
@@ -449,7 +447,10 @@ def api_items(conversation: dict[str, Any], limit: int) -> list[dict[str, Any]]:
         content = m["content"]
         if len(content.encode()) > limit:
             content = content.encode()[:limit].decode(errors="ignore")
-        items.append({"role": m["role"], "content": content, "created_at": m["created_at"]})
+        item = {"role": m["role"], "content": content, "created_at": m["created_at"]}
+        if m.get("name"):
+            item["name"] = m["name"]
+        items.append(item)
     return items
 
 
@@ -511,108 +512,36 @@ def load_all(session: Session, dataset: Dataset, budgets: list[int]) -> Load:
     return load
 
 
-def index_state(api: Api, ids: list[str]) -> list[dict[str, int] | None]:
-    return [api.call("GET", f"/conversations/{i}")[0].get("retrieval_index") for i in ids]
+def readiness(api: Api, ids: list[str]) -> list[dict[str, Any]]:
+    return [api.call("GET", f"/conversations/{i}")[0] for i in ids]
 
 
-def wait_index(api: Api, ids: list[str], timeout: float) -> tuple[float, str]:
-    """Poll until every conversation's retrieval index has embedded all its messages, then until the memory
-    agent has read them (wait_memory_agent)."""
+def wait_conversations_ready(api: Api, ids: list[str], timeout: float) -> tuple[float, str]:
+    """Poll GET /conversations/{id} until every conversation's `readiness` says ready (its vectors, the
+    memory agent's reading and any due compaction done), as a client that imported a history would: no
+    context call before the questions, no other signal."""
     started, logged = time.monotonic(), 0.0
     while True:
-        states, waited = index_state(api, ids), time.monotonic() - started
-        if any(s is None for s in states):
-            return waited, "WARNING: GET /conversations/{id} has no retrieval_index; asked without waiting"
-        models = {s.get("model", "?") for s in states}  # type: ignore[union-attr]
-        if None in models:
-            return waited, "WARNING: retrieval_index names no embedding model (lexical retrieval only)"
-        done = sum(min(s["embedded"], s["messages"]) for s in states)  # type: ignore[index]
-        total = sum(s["messages"] for s in states)  # type: ignore[index]
-        model = ", ".join(sorted(str(m) for m in models))
-        if done >= total:
-            note = f"retrieval index ({model}) complete: {total:,} messages, after {waited:.0f}s"
-            return wait_memory_agent(api, ids, started, timeout, note)
+        bodies, waited = readiness(api, ids), time.monotonic() - started
+        if any("readiness" not in b for b in bodies):
+            return waited, "WARNING: GET /conversations/{id} has no readiness; asked without waiting"
+        waiting = Counter(w for b in bodies for w in b["readiness"]["waiting_for"])
+        index = [b.get("retrieval_index") or {} for b in bodies]
+        model = ", ".join(sorted({str(i.get("model")) for i in index}))
+        if not waiting:
+            total = sum(i.get("messages", 0) for i in index)
+            return (
+                waited,
+                f"ready after {waited:.0f}s: {total:,} messages, vectors ({model}), memory agent, compaction",
+            )
         if waited > timeout:
-            note = f"retrieval index ({model}) incomplete after {timeout:.0f}s: {done:,}/{total:,}"
-            return waited, f"WARNING: {note}; asked anyway"
+            return waited, f"WARNING: not ready after {timeout:.0f}s ({dict(waiting)}); asked anyway"
         if waited - logged >= 10:
-            log(f"  retrieval index: {done:,}/{total:,} messages embedded ({waited:.0f}s)")
+            done = sum(min(i.get("embedded", 0), i.get("messages", 0)) for i in index)
+            total = sum(i.get("messages", 0) for i in index)
+            log(f"  waiting for {dict(waiting)}: {done:,}/{total:,} messages embedded ({waited:.0f}s)")
             logged = waited
         time.sleep(2)
-
-
-def memory_agent_pending(api: Api, ids: list[str]) -> int | None:
-    """Conversations whose memory agent has a completed exchange still to read; None when the server has
-    no GET /conversations/{id}/memory-agent."""
-    pending = 0
-    for conversation_id in ids:
-        try:
-            progress, _ = api.call("GET", f"/conversations/{conversation_id}/memory-agent")
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        pending += bool(progress.get("pending"))
-    return pending
-
-
-def wait_memory_agent(
-    api: Api, ids: list[str], started: float, timeout: float, note: str
-) -> tuple[float, str]:
-    """Then until the memory agent has read every conversation: its memories are retrieval candidates too,
-    and its work would otherwise still run beside the questions."""
-    logged = time.monotonic() - started
-    while True:
-        pending, waited = memory_agent_pending(api, ids), time.monotonic() - started
-        if pending is None:
-            return waited, f"{note}; the server does not report the memory agent's progress"
-        if not pending:
-            return waited, f"{note}; memory agent caught up after {waited:.0f}s"
-        if waited > timeout:
-            return waited, f"WARNING: {note}; memory agent behind on {pending} conversations; asked anyway"
-        if waited - logged >= 10:
-            log(f"  memory agent: {pending} of {len(ids)} conversations still to read ({waited:.0f}s)")
-            logged = waited
-        time.sleep(2)
-
-
-# A client that keeps its budget has asked for context at it all along, and each call that queues a
-# compaction remembers its budget, so the summaries are sized for it. A loaded history has had no such call:
-# one per conversation at its budget (not scored), then the compactions it queued run, as often as a call
-# still queues one.
-SETTLE_MESSAGE = "What did we talk about last?"
-SETTLE_ROUNDS = 5
-
-
-def compaction_states(api: Api, ids: list[str]) -> list[dict[str, Any]]:
-    return [api.call("GET", f"/conversations/{i}/summaries")[0]["compaction"] for i in ids]
-
-
-def settle(api: Api, pairs: list[tuple[str, int]], timeout: float) -> str:
-    """The steady state of a client that keeps its budget (SETTLE_MESSAGE): one context call per
-    conversation at its budget, then wait until no compaction is queued or running; again while the calls
-    still queue compactions."""
-    ids = [conversation_id for conversation_id, _ in pairs]
-    started = time.monotonic()
-    first = before = sum(s["compactions"] for s in compaction_states(api, ids))
-    for round_ in range(1, SETTLE_ROUNDS + 1):
-        for conversation_id, budget in pairs:
-            body = {"user_message": SETTLE_MESSAGE, "token_budget": budget, "format": "openai"}
-            api.call("POST", f"/conversations/{conversation_id}/context", body)
-        while any(s["status"] in ("queued", "running") for s in compaction_states(api, ids)):
-            if time.monotonic() - started > timeout:
-                return f"WARNING: compaction still running after {timeout:.0f}s; asked anyway"
-            time.sleep(2)
-        after = sum(s["compactions"] for s in compaction_states(api, ids))
-        log(f"  settle round {round_}: {after - before} compactions ({time.monotonic() - started:.0f}s)")
-        if after == before:
-            break
-        before = after
-    waited = time.monotonic() - started
-    return (
-        f"settled: {round_} round(s) of one context call per conversation at its budget (not scored), "
-        f"{after - first} compactions sized for it, {waited:.0f}s"
-    )
 
 
 # --- asking ------------------------------------------------------------------------------------------------
@@ -907,7 +836,6 @@ def header(dataset: Dataset, service: Service, load: Load, args: argparse.Namesp
         service.describe,
         load_line(load, len(convs) * len(args.budgets)),
         load.index_note,
-        load.settle_note,
         *load.warnings,
         f"baselines: {base} (recency, bm25, oracle; len/4 tokens; the untruncated messages), same questions",
     ]
@@ -1021,9 +949,7 @@ def run(args: argparse.Namespace) -> int:
         load = load_all(session, dataset, args.budgets)
         loaded = session.manifest["conversations"]
         ids = [loaded[c["id"]][str(b)] for c in dataset.conversations for b in args.budgets]
-        load.index_seconds, load.index_note = wait_index(session.api, ids, args.index_timeout)
-        pairs = [(loaded[c["id"]][str(b)], b) for c in dataset.conversations for b in args.budgets]
-        load.settle_note = settle(session.api, pairs, args.index_timeout)
+        load.index_seconds, load.index_note = wait_conversations_ready(session.api, ids, args.index_timeout)
         log(f"asking {sum(len(c['questions']) for c in dataset.conversations)} questions per budget …")
         rows = ask_all(session.api, dataset, args.budgets, session.manifest)
     base_er, base_full, base_n = baselines(args.baselines, dataset, args.budgets)

@@ -56,8 +56,9 @@ FIRST_PERSON = frozenset({"i", "my", "me", "mine", "i'm", "i've", "i'd", "myself
 # A question that names a period ("in May 2023") asks about what happened then: messages said in it, or whose
 # "yesterday" or "last month" falls in it, weigh this many times more.
 PERIOD_PRIOR = 2.0
-# Facts about a person are spread over sessions: the n-th hit of one day weighs SESSION_DECAY**n, so that
-# several sessions are read before a day's weaker hits.
+# Facts about a person the question names are spread over sessions: the n-th hit of one day weighs
+# SESSION_DECAY**n, so that several sessions are read before a day's weaker hits. Not for other questions:
+# most ask for one fact, whose neighbours in its own session are the next best evidence.
 SESSION_DECAY = 0.85
 # A turn this short ("Haha yes, same!", "I went there yesterday") says little alone: it brings the turn
 # before it (what it answers), and consecutive turns share one label.
@@ -124,9 +125,9 @@ def asked(question: str, participants: dict[str, str]) -> Asked:
 
 
 def date_label(created_at: datetime) -> str:
-    if (created_at.hour, created_at.minute, created_at.second) == (0, 0, 0):
-        return created_at.strftime("%Y-%m-%d")
-    return created_at.strftime("%Y-%m-%d %H:%M UTC")
+    """The day a hit was said: the date only (the seq orders a day's messages), so a label costs little
+    beside a short turn."""
+    return created_at.strftime("%Y-%m-%d")
 
 
 def relevance(hit: PassageHit) -> float:
@@ -199,6 +200,7 @@ def _group_item(
         lines.append(f"{speaker(turn)}: {text.strip()}")
     body = "\n".join(lines)
     source = {
+        "id": first.id,
         **hit.source,
         "seq": first.seq,
         "seqs": [t.seq for t in turns],
@@ -276,14 +278,20 @@ def _partners(
 
 
 def _exchange_partner(index: ConversationIndex, seq: int) -> IndexedMessage | None:
+    """The other half of a hit's exchange: the reply after a user message, the question before an
+    assistant's reply; between named people of one role, the other speaker's turn before it, in the same
+    session (what it answers)."""
     position = index.by_seq.get(seq)
     if position is None:
         return None
     message = index.messages[position]
-    step = 1 if message.role == Message.Role.USER else -1
+    named = message.name and message.role == Message.Role.USER
+    step = -1 if named or message.role != Message.Role.USER else 1
     if not 0 <= position + step < len(index.messages):
         return None
     other = index.messages[position + step]
+    if named:
+        return other if other.name and other.name != message.name and _same_session(other, message) else None
     wanted = Message.Role.ASSISTANT if step == 1 else Message.Role.USER
     return other if other.role == wanted else None
 
@@ -331,7 +339,7 @@ def _this_conversation(state: ContextState, index: ConversationIndex, query: str
         preferences=preferences(question),
     )
     hits = [h for h in hits if relevance(h) >= MIN_RELEVANCE]
-    best = _best_hits(hits, room=room)
+    best = _best_hits(hits, room=room, spread=bool(question.names))
     partners = _partners(index, best, hits)
     neighbours = _answered_turns(index, best)
     contents = _contents([*best, *(p.message.id for p in partners.values()), *(m.id for m in neighbours)])
@@ -351,15 +359,17 @@ def _this_conversation(state: ContextState, index: ConversationIndex, query: str
     return with_partners(items, partner_items, inline=False)
 
 
-def _best_hits(hits: list[PassageHit], *, room: int) -> dict[str, tuple[PassageHit, float]]:
+def _best_hits(hits: list[PassageHit], *, room: int, spread: bool) -> dict[str, tuple[PassageHit, float]]:
     """The best messages, best first, each with its best passage and its score, until they hold
-    HIT_OVERFETCH times the room (at least MIN_CANDIDATES). Each day's n-th message weighs SESSION_DECAY**n
-    in that order (a person's facts are spread over sessions); the scores reported stay their own."""
+    HIT_OVERFETCH times the room (at least MIN_CANDIDATES). With `spread`, each day's n-th message weighs
+    SESSION_DECAY**n in that order (a person's facts are spread over sessions); the scores reported stay
+    their own."""
+    decay = SESSION_DECAY if spread else 1.0
     per_day: dict[object, int] = {}
     ranked = []
     for message_id, (hit, score) in sorted(_best_per_message(hits).items(), key=lambda e: -e[1][1]):
         day = hit.message.created_at.date()
-        ranked.append((score * SESSION_DECAY ** per_day.get(day, 0), message_id, hit, score))
+        ranked.append((score * decay ** per_day.get(day, 0), message_id, hit, score))
         per_day[day] = per_day.get(day, 0) + 1
     ranked.sort(key=lambda r: -r[0])
     best: dict[str, tuple[PassageHit, float]] = {}

@@ -15,7 +15,7 @@ from rest_framework.exceptions import ValidationError
 from cold_storage.admin import thumbnail_tag
 from conversations.models import Conversation, Message, Turn
 from conversations.parts import image_line, iter_image_parts, parts_text, parts_validate
-from conversations.services import message_token_count
+from conversations.services import message_name_check, message_token_count
 from tenants.admin_scoping import AppendOnlyAdmin, TenantScopedAdmin, member_tenant_ids
 
 
@@ -185,7 +185,13 @@ def transcript_entry(message: Message) -> dict[str, Any]:
 class MessageAdminForm(forms.ModelForm):
     class Meta:
         model = Message
-        fields = ["content", "parts", "completed", "is_error", "metadata"]
+        fields = ["name", "content", "parts", "completed", "is_error", "metadata"]
+
+    def clean_name(self) -> str:
+        try:
+            return message_name_check(self.cleaned_data.get("name"))
+        except ValueError as exc:
+            raise forms.ValidationError(f"The name {exc}") from None
 
     def clean_parts(self) -> Any:
         try:
@@ -237,6 +243,7 @@ class MessageAdmin(AppendOnlyAdmin):
         "seq",
         "turn",
         "role",
+        "name",
         "kind",
         "content",
         "parts",
@@ -286,6 +293,6 @@ class MessageAdmin(AppendOnlyAdmin):
     def save_model(self, request: HttpRequest, obj: Message, form: Any, change: bool) -> None:
         # An operator's correction is counted like any write, so the context budget stays exact.
         obj.token_count = message_token_count(
-            role=obj.role, content=obj.content, parts=obj.parts, model=obj.conversation.model
+            role=obj.role, content=obj.content, parts=obj.parts, model=obj.conversation.model, name=obj.name
         )
         super().save_model(request, obj, form, change)

@@ -10,6 +10,7 @@ from rest_framework import serializers
 
 from conversations.embedding import retrieval_index_status
 from conversations.models import Conversation, Message, Turn
+from conversations.readiness import conversation_readiness
 from conversations.selectors import conversation_participants
 
 
@@ -136,16 +137,32 @@ class ParticipantSerializer(serializers.Serializer):
     messages = serializers.IntegerField(help_text="How many messages (kind message) this speaker wrote.")
 
 
-class ConversationDetailOutputSerializer(ConversationOutputSerializer):
-    """One conversation, with the state of its retrieval index (a client that imported history can wait
-    until `embedded` reaches `messages`: vectors are computed in the background) and who took part."""
+class ReadinessSerializer(serializers.Serializer):
+    ready = serializers.BooleanField(
+        help_text="Everything that changes what a context call returns is done: wait on this after an import."
+    )
+    waiting_for = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="The background work still under way: vectors, memory_agent, compaction.",
+    )
 
+
+class ConversationDetailOutputSerializer(ConversationOutputSerializer):
+    """One conversation, with its readiness (a client that imported history waits until `readiness.ready`:
+    vectors, the memory agent's reading and due compactions run in the background), the state of its
+    retrieval index and who took part."""
+
+    readiness = serializers.SerializerMethodField()
     retrieval_index = serializers.SerializerMethodField()
     participants = serializers.SerializerMethodField()
 
     class Meta(ConversationOutputSerializer.Meta):
-        fields = [*ConversationOutputSerializer.Meta.fields, "retrieval_index", "participants"]
+        fields = [*ConversationOutputSerializer.Meta.fields, "readiness", "retrieval_index", "participants"]
         read_only_fields = fields
+
+    @extend_schema_field(ReadinessSerializer)
+    def get_readiness(self, obj: Conversation) -> dict[str, Any]:
+        return conversation_readiness(obj)
 
     @extend_schema_field(RetrievalIndexSerializer)
     def get_retrieval_index(self, obj: Conversation) -> dict[str, Any]:

@@ -391,7 +391,9 @@ def history_image_detail(turn: Any) -> str:
 def _recount(message: Any, *, model: str) -> int:
     from conversations.services import message_token_count
 
-    return message_token_count(role=message.role, content=message.content, parts=message.parts, model=model)
+    return message_token_count(
+        role=message.role, content=message.content, parts=message.parts, model=model, name=message.name
+    )
 
 
 def _queue_move(image_ids: list[str]) -> None:

@@ -65,6 +65,7 @@ def _conversation_export(conversation: Conversation) -> dict[str, Any]:
                 "id": str(m.id),
                 "seq": m.seq,
                 "role": m.role,
+                "name": m.name,
                 "kind": m.kind,
                 "content": m.content,
                 "parts": m.parts,

@@ -260,10 +260,14 @@ _ANY_NEW_VECTOR = FixedQuery(
 FIXED_VECTOR_READ = 500
 
 
-# How deep each ranking goes into the fusion, and what each ranking weighs in it.
+# How deep each ranking goes into the fusion (at least as deep as the hits asked for: a room of short turns
+# asks for more than this), and what each ranking weighs in it.
 FUSION_DEPTH = 200
 LEXICAL_WEIGHT = 1.0
 VECTOR_WEIGHT = 1.5
+# Each ranking ranks messages (their best passage), not passages: a long reply's many passages would
+# otherwise fill the fusion depth and push short messages, whoever said them, out of both rankings.
+MESSAGE_RANKING = True
 # The vector ranking compares the passages with the question less CENTRING times the mean of the
 # conversation's passage vectors: what every message of a long conversation shares (its project, its
 # subject) stops deciding which passages come first, and the part of the question that tells them apart
@@ -325,7 +329,18 @@ def _search(
     lexical, closeness = both_scores(
         index.postings, index.vectors, terms(query), centred, len(index.passages), shift=CENTRED_SHIFT
     )
-    fused = fuse(((LEXICAL_WEIGHT, lexical), (VECTOR_WEIGHT, closeness)), eligible, FUSION_DEPTH)
+    if MESSAGE_RANKING:
+        owner = np.frombuffer(index.passage_message, dtype=np.int32)
+        starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+        rankings = (
+            (LEXICAL_WEIGHT, _best_of_each(lexical, owner, starts)),
+            (VECTOR_WEIGHT, _best_of_each(closeness, owner, starts)),
+        )
+        fused = _to_best_of_each(fuse(rankings, eligible, max(FUSION_DEPTH, limit)), owner, starts)
+    else:
+        fused = fuse(
+            ((LEXICAL_WEIGHT, lexical), (VECTOR_WEIGHT, closeness)), eligible, max(FUSION_DEPTH, limit)
+        )
     for mask_of, weight in preferences:
         fused[mask_of(index)] *= weight
     return [
@@ -339,6 +354,26 @@ def _search(
         )
         for i in best_first(fused, limit).tolist()
     ]
+
+
+def _best_of_each(scores: np.ndarray, owner: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Each message's best passage keeps its score (the first of equals), its other passages none (`owner`:
+    each passage's message; `starts`: each message's first passage): a ranking of messages, so that a long
+    reply's many passages cannot fill the fusion depth and push short messages out of it."""
+    counts = np.diff(np.r_[starts, len(scores)])
+    tops = np.flatnonzero(scores >= np.repeat(np.maximum.reduceat(scores, starts), counts))
+    first = tops[np.r_[True, owner[tops][1:] != owner[tops][:-1]]]
+    out = np.zeros_like(scores)
+    out[first] = scores[first]
+    return out
+
+
+def _to_best_of_each(fused: np.ndarray, owner: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """A message's fused score (the sum over its passages: its lexically best and its closest may differ) on
+    its best passage alone."""
+    counts = np.diff(np.r_[starts, len(fused)])
+    total = np.repeat(np.add.reduceat(fused, starts), counts)
+    return np.where(_best_of_each(fused, owner, starts) > 0, total, 0.0)
 
 
 def mean_passage_tokens(index: ConversationIndex) -> float:

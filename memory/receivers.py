@@ -7,9 +7,15 @@ from django.db.models.signals import post_delete
 from django.dispatch import receiver
 
 from conversations.models import Conversation
+from conversations.readiness import readiness_check_register
 from conversations.signals import exchange_completed, vectors_written
 from memory.agent import memory_agent_request
 from memory.history_index import conversation_index_drop, conversation_index_warm
+from memory.selectors import memory_agent_progress
+
+readiness_check_register(
+    "memory_agent", lambda conversation: not memory_agent_progress(conversation=conversation)["pending"]
+)
 
 
 @receiver(exchange_completed)

@@ -161,6 +161,7 @@ class MessageExportSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     seq = serializers.IntegerField()
     role = serializers.CharField()
+    name = serializers.CharField(allow_blank=True, help_text="The speaker, when the client named one.")
     kind = serializers.CharField()
     content = serializers.CharField(allow_blank=True)
     parts = serializers.ListField(child=serializers.DictField())

@@ -5,3 +5,6 @@ class SummariesConfig(AppConfig):
     name = "summaries"
     verbose_name = "Summaries and compaction"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from summaries import receivers  # noqa: F401

@@ -814,6 +814,25 @@ def compaction_queued(conversation: Conversation) -> bool:
     return CompactionState.objects.filter(pk=conversation.pk, queued_at__gte=stale).exists()
 
 
+def compaction_due(conversation: Conversation) -> bool:
+    """The history since the last boundary has reached the background share of the budget the client last
+    asked for (or the configured one): a compaction should run, whether or not a context call asked."""
+    cfg = compaction_config_requested(conversation)
+    return history_tokens(conversation) >= cfg.background * cfg.history_budget
+
+
+def compaction_settled(conversation: Conversation) -> bool:
+    """No compaction queued, running or due (readiness). One due and not queued is queued here: a history
+    loaded without context calls is compacted without waiting for one, or for the catch-up sweep."""
+    state = CompactionState.objects.filter(pk=conversation.pk).values("queued_at", "running_since").first()
+    if state and (state["running_since"] is not None or state["queued_at"] is not None):
+        return False
+    if not compaction_due(conversation):
+        return True
+    compaction_request(conversation=conversation, trigger="auto")
+    return False
+
+
 def compaction_request(
     *,
     conversation: Conversation,

@@ -86,7 +86,7 @@ def test_hits_are_labelled_with_their_seq_and_the_clients_date_and_ordered_by_ti
 
     text = retrieved(body)
     assert "[#1 · 2024-03-15 · user] I adopted a cat named Miso." in text
-    assert "[#3 · 2024-04-02 09:30 UTC · user] Miso knocked a vase over." in text
+    assert "[#3 · 2024-04-02 · user] Miso knocked a vase over." in text
     assert text.index("#1 ·") < text.index("#3 ·")
     items = body["blocks"]["B5"]["items"]
     # Every hit says how well it matched; the answer that came along with #1 is marked as such.

@@ -109,10 +109,20 @@ def test_a_preference_weighs_before_the_best_passages_are_chosen(conversation):
     index = reply_then_user(conversation, "Once a month I clean the kettle with citric acid, it works.")
     users = ((lambda i: history_index.said_by(i, frozenset(), user=True), 2.5),)
 
-    assert set(found(index, limit=3)) == {1}  # the reply's passages fill the limit
-    assert 2 in found(
-        index, limit=3, preferences=users
-    )  # weighed first, the user's own message is among them
+    # Messages are ranked, not passages: the reply's six passages do not fill the limit.
+    assert set(found(index, limit=3)) == {1, 2}
+    assert found(index, limit=1) == [1]
+    assert found(index, limit=1, preferences=users) == [2]  # weighed first, the user's own message leads
+
+
+def test_a_long_replys_passages_do_not_push_a_short_message_past_the_fusion_depth(conversation, monkeypatch):
+    monkeypatch.setattr(history_index, "FUSION_DEPTH", 4)
+    index = reply_then_user(conversation, "I said the kettle needs citric acid.")
+
+    # The reply's six passages match better, but it is one message in each ranking.
+    assert set(found(index, limit=4)) == {1, 2}
+    monkeypatch.setattr(history_index, "MESSAGE_RANKING", False)
+    assert set(found(index, limit=4)) == {1}
 
 
 def test_a_named_speakers_turns_and_a_periods_messages_are_told_apart():
