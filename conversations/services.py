@@ -133,15 +133,17 @@ def _text_token_count(*, role: str, content: str, parts: list[dict[str, Any]], m
     return count_message(role=role, content=content, model=model, extra_text=parts_token_text(parts))
 
 
-def message_token_count(*, role: str, content: str, parts: list[dict[str, Any]], model: str) -> int:
+def message_token_count(
+    *, role: str, content: str, parts: list[dict[str, Any]], tenant_id: Any, model: str
+) -> int:
     """Tokens of a message as the model sees it, images included (by the model's provider rule; a
-    duplicate or a compacted image costs its one line of text)."""
+    duplicate or a compacted image costs its one line of text). Images are looked up in the tenant only."""
     text = _text_token_count(role=role, content=content, parts=parts, model=model)
-    return text + visual.parts_image_tokens(parts, model=model)
+    return text + visual.parts_image_tokens(parts, tenant_id=tenant_id, model=model)
 
 
 def _prepare(
-    item: dict[str, Any], *, index: int, model: str, uploads: dict[str, Any] | None = None
+    item: dict[str, Any], *, index: int, tenant_id: Any, model: str, uploads: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Normalise one validated message, validate and hash its new images, and count its tokens (outside
     the lock: decoding and tokenising are the slow parts)."""
@@ -188,8 +190,12 @@ def _prepare(
         # None: the server's now at write time.
         "created_at": created_at,
         # With new images the text is counted here and the images once they are stored (dedup decides).
-        "token_count": (_text_token_count if images.has_new else message_token_count)(
-            role=role, content=content, parts=parts, model=model
+        "token_count": (
+            _text_token_count(role=role, content=content, parts=parts, model=model)
+            if images.has_new
+            else message_token_count(
+                role=role, content=content, parts=parts, tenant_id=tenant_id, model=model
+            )
         ),
         "images": images,
     }
@@ -219,7 +225,7 @@ def _created_at(created_at: datetime | None, index: int) -> datetime | None:
         ) from None
 
 
-def _same_message(existing: Message, prepared: dict[str, Any]) -> bool:
+def _same_message(existing: Message, prepared: dict[str, Any], *, tenant_id: Any) -> bool:
     # What the message says is compared; its metadata, flags and created_at are not: a client that stamps
     # each retry with its own clock is still sending the same message, and gets the original back.
     if existing.role != prepared["role"] or existing.kind != prepared["kind"]:
@@ -228,8 +234,8 @@ def _same_message(existing: Message, prepared: dict[str, Any]) -> bool:
         return False
     if not prepared["images"].pending:
         return existing.parts == prepared["parts"]
-    return visual.comparable_parts(existing.parts) == visual.comparable_parts(
-        prepared["parts"], prepared["images"]
+    return visual.comparable_parts(existing.parts, tenant_id=tenant_id) == visual.comparable_parts(
+        prepared["parts"], tenant_id=tenant_id, pending=prepared["images"]
     )
 
 
@@ -284,7 +290,9 @@ def message_append_batch(
     keys = _idempotency_keys(items, idempotency_key)
     prepared = []
     for index, (item, key) in enumerate(zip(items, keys, strict=True)):
-        row = _prepare(item, index=index, model=conversation.model, uploads=uploads)
+        row = _prepare(
+            item, index=index, tenant_id=conversation.tenant_id, model=conversation.model, uploads=uploads
+        )
         row["idempotency_key"] = key
         prepared.append(row)
     intake = None
@@ -477,7 +485,7 @@ def _append_locked(
         _parents_check(conversation, prepared)
         batch = _Batch(seq=first_seq)
         for index, row in enumerate(prepared):
-            replayed = _replay_of(existing, row, index)
+            replayed = _replay_of(existing, row, index, tenant_id=conversation.tenant_id)
             if replayed is not None:
                 batch.results.append(AppendResult(replayed, created=False))
                 continue
@@ -543,12 +551,14 @@ def _parents_check(conversation: Conversation, prepared: list[dict[str, Any]]) -
         )
 
 
-def _replay_of(existing: dict[str, Message], row: dict[str, Any], index: int) -> Message | None:
+def _replay_of(
+    existing: dict[str, Message], row: dict[str, Any], index: int, *, tenant_id: Any
+) -> Message | None:
     """The stored original of an item whose idempotency key was seen before (409 when it differs)."""
     key = row["idempotency_key"]
     if key is None or key not in existing:
         return None
-    if not _same_message(existing[key], row):
+    if not _same_message(existing[key], row, tenant_id=tenant_id):
         raise ApplicationError(
             "This idempotency key was used for a different message.",
             code="idempotency_conflict",
@@ -641,7 +651,11 @@ def compaction_records_append(
                     metadata=record.get("metadata") or {},
                     idempotency_key=record.get("idempotency_key"),
                     token_count=message_token_count(
-                        role=record["role"], content=record["content"], parts=[], model=conversation.model
+                        role=record["role"],
+                        content=record["content"],
+                        parts=[],
+                        tenant_id=conversation.tenant_id,
+                        model=conversation.model,
                     ),
                     created_at=now,
                 )
@@ -688,7 +702,11 @@ def message_update(
                 visual.parts_check_references(parts, tenant_id=locked.conversation.tenant_id)
             locked.content, locked.parts = new_content, new_parts
             locked.token_count = message_token_count(
-                role=locked.role, content=new_content, parts=new_parts, model=locked.conversation.model
+                role=locked.role,
+                content=new_content,
+                parts=new_parts,
+                tenant_id=locked.conversation.tenant_id,
+                model=locked.conversation.model,
             )
             fields += ["content", "parts", "token_count"]
         if completed is not None and completed != locked.completed:
