@@ -8,6 +8,7 @@ from django.core.cache import cache
 from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions
 
+from providers.embeddings import query_cache_scope_set
 from tenants.models import ApiKey, Tenant
 from tenants.selectors import api_key_cache_key, api_key_resolve
 
@@ -65,9 +66,10 @@ def api_key_touch(api_key: ApiKey) -> None:
 
 
 def authenticate_raw_key(raw_key: str | None) -> ApiKey | None:
-    if not raw_key:
-        return None
-    api_key = api_key_resolve(raw_key=raw_key)
+    """The active key, or None. Also binds the request to its tenant's query-embedding cache (none for a
+    refused key): every API, proxy and socket request passes here first, on the thread that serves it."""
+    api_key = api_key_resolve(raw_key=raw_key) if raw_key else None
+    query_cache_scope_set(str(api_key.tenant_id) if api_key is not None else None)
     if api_key is not None:
         api_key_touch(api_key)
     return api_key
