@@ -56,3 +56,10 @@ def test_a_query_without_a_tenant_is_embedded_and_not_kept(counted_embedder):
     vector, model = embeddings.embed_query(QUESTION)
     assert model == "counted" and vector.shape == (2,)
     assert not embeddings._query_cache
+
+
+def test_a_request_without_a_key_does_not_inherit_the_previous_requests_tenant(owner, client):
+    owner.client.get("/api/v1/conversations")  # this thread served the owner
+    assert embeddings._query_scope.get() == str(owner.tenant.pk)
+    client.get("/healthz")  # as the admin's pages: no API key
+    assert embeddings._query_scope.get() is None
