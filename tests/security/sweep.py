@@ -67,6 +67,7 @@ class Operation:
     header_params: tuple[tuple[str, dict[str, Any]], ...]
     content_type: str | None
     body_schema: dict[str, Any] | None
+    json_schema: dict[str, Any] | None = None  # the body's schema as JSON, when JSON is one of its types
 
 
 @dataclass(frozen=True)
@@ -90,30 +91,44 @@ def resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
 
 
 def operations(schema: dict[str, Any]) -> list[Operation]:
-    """Every operation of the schema, with the first content type of its body (JSON when it has one)."""
+    """Every operation of the schema, once per content type its body may have."""
     found = []
     for path, item in schema["paths"].items():
         for method, op in item.items():
             params = op.get("parameters", [])
             content = op.get("requestBody", {}).get("content", {})
-            content_type = next(iter(content), None)
-            found.append(
-                Operation(
-                    method=method.upper(),
-                    path=path,
-                    operation_id=op["operationId"],
-                    path_params=tuple(p["name"] for p in params if p["in"] == "path"),
-                    query_params=tuple(
-                        (p["name"], p.get("schema", {})) for p in params if p["in"] == "query"
-                    ),
-                    header_params=tuple(
-                        (p["name"], p.get("schema", {})) for p in params if p["in"] == "header"
-                    ),
-                    content_type=content_type,
-                    body_schema=content[content_type]["schema"] if content_type else None,
+            for content_type in content or [None]:
+                found.append(
+                    Operation(
+                        method=method.upper(),
+                        path=path,
+                        operation_id=op["operationId"],
+                        path_params=tuple(p["name"] for p in params if p["in"] == "path"),
+                        query_params=_params(params, "query"),
+                        header_params=_params(params, "header"),
+                        content_type=content_type,
+                        body_schema=content[content_type]["schema"] if content_type else None,
+                        json_schema=content.get("application/json", {}).get("schema"),
+                    )
                 )
-            )
     return found
+
+
+def _params(params: list[dict[str, Any]], where: str) -> tuple[tuple[str, dict[str, Any]], ...]:
+    return tuple((p["name"], p.get("schema", {})) for p in params if p["in"] == where)
+
+
+def form_field(schema: dict[str, Any], op: Operation) -> str | None:
+    """The one text field of a multipart body that carries the operation's JSON body (beside the files it
+    names), when it has one: its references are the JSON body's."""
+    if op.content_type != "multipart/form-data" or op.json_schema is None or op.body_schema is None:
+        return None
+    node = resolve(schema, op.body_schema)
+    required = node.get("required", [])
+    fields = node.get("properties", {})
+    if len(required) == 1 and len(fields) == 1 and fields[required[0]].get("type") == "string":
+        return required[0]
+    return None
 
 
 class Unknown(Exception):
@@ -169,7 +184,9 @@ def refs(schema: dict[str, Any], op: Operation) -> list[Ref]:
     found = [Ref("path", name, kind_of(name, always=True) or "") for name in op.path_params]
     for where, names in (("query", op.query_params), ("header", op.header_params)):
         found += [Ref(where, n, kind) for n, node in names if (kind := kind_of(n, node)) is not None]
-    if op.body_schema is not None and op.content_type != "application/x-ndjson":
+    if form_field(schema, op) is not None:
+        found += list(body_refs(schema, op.json_schema or {}))
+    elif op.body_schema is not None and op.content_type != "application/x-ndjson":
         found += list(body_refs(schema, op.body_schema))
     return found
 

@@ -191,7 +191,9 @@ def _set(body: dict[str, Any], ref: Ref, value: str) -> None:
     target[ref.path[-1]] = ref.wrap(value) if ref.wrap else value
 
 
-def call_for(op: Operation, own: World, chosen: dict[Ref, str] | None = None) -> Call:
+def call_for(
+    op: Operation, own: World, chosen: dict[Ref, str] | None = None, *, form: str | None = None
+) -> Call:
     """The operation on the outsider's own objects, with the chosen value in each place a ref names."""
     chosen = chosen or {}
     by_place = {(ref.where, ref.name): value for ref, value in chosen.items()}
@@ -212,6 +214,8 @@ def call_for(op: Operation, own: World, chosen: dict[Ref, str] | None = None) ->
         elif ref.where == "body":
             WHEN_SET.get((op.operation_id, ref.name), lambda b: None)(body)
             _set(body, ref, value)
+    if form is not None:  # the JSON body, as the one field of a multipart form
+        body = {form: json.dumps(body)}
     return Call(op=op, path=path, query=query, headers=headers, body=body)
 
 
@@ -259,12 +263,14 @@ class Sweep:
     requests: int = 0
     failures: list[str] = field(default_factory=list)
 
-    def send(self, call: Call) -> tuple[Any, bytes]:
+    def call(self, op: Operation, chosen: dict[Ref, str] | None = None) -> tuple[Any, bytes]:
+        """The operation as the outsider, on its own objects but for the chosen values."""
         self.requests += 1
-        return send(call, self.own.actor)
+        form = sweep.form_field(self.schema, op)
+        return send(call_for(op, self.own, chosen, form=form), self.own.actor)
 
     def fail(self, op: Operation, message: str) -> None:
-        self.failures.append(f"{op.method} {op.path} ({op.operation_id}): {message}")
+        self.failures.append(f"{op.method} {op.path} ({op.operation_id}, {op.content_type}): {message}")
 
 
 def owner_markers(owner: World) -> set[str]:
@@ -281,7 +287,7 @@ def probe_operation(run: Sweep, op: Operation) -> None:
     except sweep.Unknown as exc:
         run.fail(op, f"cannot drive it: {exc} (tests/security/sweep.py)")
         return
-    response, body = run.send(call_for(op, run.own))
+    response, body = run.call(op)
     if response.status_code >= 400:
         run.fail(
             op, f"cannot drive it: {response.status_code} with the outsider's own objects: {body[:200]!r}"
@@ -302,7 +308,7 @@ def probe_operation(run: Sweep, op: Operation) -> None:
 def own_accepted(run: Sweep, op: Operation, ref: Ref) -> bool:
     """The outsider's own object in the place must be accepted: then a refusal of the owner's comes from
     whose object it is, not from the request."""
-    response, body = run.send(call_for(op, run.own, {ref: run.own.values[ref.kind]}))
+    response, body = run.call(op, {ref: run.own.values[ref.kind]})
     if response.status_code >= 400:
         where = f"{ref.where} {ref.name}"
         run.fail(op, f"cannot drive it: its own {ref.kind} in {where}: {response.status_code} {body[:200]!r}")
@@ -317,7 +323,7 @@ def probe(run: Sweep, op: Operation, refs: list[Ref]) -> None:
     answers = []
     for chosen in (real, fake):
         sent = list(chosen.values())
-        response, body = run.send(call_for(op, run.own, chosen))
+        response, body = run.call(op, chosen)
         if response.status_code >= 500:
             run.fail(op, f"{where}: {response.status_code} for {sent}")
         answers.append(sweep.answer(response, body, sent))
@@ -338,8 +344,10 @@ def test_every_operation_answers_the_outsider_as_a_stranger(worlds, capsys):
     ops = sweep.operations(schema)
     for op in ops:
         probe_operation(run, op)
+    named = len({op.operation_id for op in ops})
     with capsys.disabled():
-        print(f"\noutsider sweep: {run.operations} operations, {run.requests} requests")
+        print(f"\noutsider sweep: {named} operations ({run.operations} with each body type), ", end="")
+        print(f"{run.requests} requests")
     assert run.failures == [], "\n".join(run.failures)
     assert run.operations == len(ops) > 40
 
