@@ -1,6 +1,6 @@
-"""Tenant isolation for every operation of the OpenAPI schema, the conversation socket and both chat-proxy
-shapes: the owner builds one of each object; the outsider, with its own key and its own objects of each kind,
-calls every operation with the owner's id (or name) in each place the operation names an object.
+"""Tenant isolation for every operation of the OpenAPI schema: the owner builds one of each object; the
+outsider, with its own key and its own objects of each kind, calls every operation with the owner's id (or
+name) in each place the operation names an object.
 
 Every such request must be answered as the same request naming nothing (a random id): the same status, the
 same headers, the same error; a 404 for an id in the path, a 400 or 404 for one in a body; and nothing of the
@@ -10,7 +10,8 @@ Every request runs in a savepoint that is rolled back, so each one meets the sam
 
 An operation the sweep cannot drive (a parameter or field it cannot classify, a body it cannot build, a
 request that fails with the outsider's own objects) fails the sweep until it is taught here or in
-tests/security/sweep.py."""
+tests/security/sweep.py. The worlds are built in tests/security/worlds.py; the socket and the chat proxy
+are held to the same in test_outsider_socket_and_proxy.py."""
 
 import json
 import re
@@ -24,85 +25,13 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import transaction
 from drf_spectacular.generators import SchemaGenerator
 
-from tests.cold_storage.helpers import frame, image_part
 from tests.conftest import Actor
-from tests.llm_server import llm_server  # noqa: F401
 from tests.security import sweep
 from tests.security.sweep import ID_KINDS, Operation, Ref
 from tests.security.sweep import image_parts as sweep_parts
+from tests.security.worlds import World, owner_markers
 
 pytestmark = pytest.mark.django_db
-
-OWNER_MARK = "Zanzibar7431"  # in every text the owner writes; never in an answer to the outsider
-OUTSIDER_MARK = "Quokka2208"
-
-
-@dataclass
-class World:
-    """One tenant's objects, by kind: ids, and names of its own (end user, block label, client keys)."""
-
-    actor: Actor
-    mark: str
-    values: dict[str, str] = field(default_factory=dict)
-
-
-def _ok(response: Any) -> Any:
-    assert response.status_code < 300, response.content[:400]
-    return response.json()
-
-
-def world_build(actor: Actor, *, mark: str, user: str, seed: int) -> World:
-    """Through the API, as the client app would: a conversation with a turn, messages (one with an image),
-    a context call, a task-state event, a memory block, an archival memory, an agent profile, a document."""
-    client, world = actor.client, World(actor=actor, mark=mark)
-
-    def post(path: str, body: Any = None, **extra: Any) -> Any:
-        return _ok(client.post(f"/api/v1/{path}", body, format="json", **extra))
-
-    conversation = post("conversations", {"end_user": user, "title": f"{mark} release plan"})["id"]
-    base = f"conversations/{conversation}"
-    turn = post(f"{base}/turns")["id"]
-    key, request_id = f"{mark}-key", f"{mark}-request"
-    first = {"role": "user", "content": f"{mark}: ship the billing fix on Tuesday", "idempotency_key": key}
-    post(f"{base}/messages", {"messages": [first, {"role": "assistant", "content": f"Noted, {mark}."}]})
-    shot = [{"type": "text", "text": f"{mark} screen"}, image_part(frame(seed))]
-    # Not completed: the one message whose parts may still change (PATCH names images too).
-    message = post(f"{base}/messages", {"role": "user", "parts": shot, "completed": False})
-    image = next(p["image_id"] for p in message["parts"] if p["type"] == "image")
-    context = post(f"{base}/context", {"user_message": f"When does {mark} ship?"})["context_id"]
-    event = {"expected_epoch": 0, "request_id": request_id, "event_type": "set", "payload": {"path": "plan"}}
-    post(f"{base}/state/events", event | {"payload": {"path": "plan", "value": mark}})
-    label = f"{mark.lower()}-notes"
-    _ok(client.put(f"/api/v1/users/{user}/memory/blocks/{label}", {"value": f"{mark} notes"}, format="json"))
-    memory = post(f"users/{user}/memories", {"content": f"{mark} prefers PostgreSQL"})["memory"]["id"]
-    profile = post("agent-profiles", {"name": f"{mark} agent", "policy": f"{mark} policy"})["id"]
-    upload = SimpleUploadedFile("notes.md", f"# {mark}\n\nThe {mark} runbook.".encode(), "text/markdown")
-    document = _ok(client.post("/api/v1/documents", {"file": [upload], "conversation": conversation}))
-    world.values = {
-        "conversation": conversation,
-        "turn": turn,
-        "message": message["id"],
-        "image": image,
-        "context": context,
-        "memory": memory,
-        "profile": profile,
-        "document": document["documents"][0]["id"],
-        "user": user,
-        "label": label,
-        "idempotency": key,
-        "request": request_id,
-        "target": memory,
-        "source": message["id"],
-    }
-    return world
-
-
-@pytest.fixture
-def worlds(owner, outsider) -> tuple[World, World]:
-    return (
-        world_build(owner, mark=OWNER_MARK, user="alice", seed=1),
-        world_build(outsider, mark=OUTSIDER_MARK, user="mallory", seed=2),
-    )
 
 
 # --- how to drive each operation ---------------------------------------------------------------------------
@@ -273,13 +202,6 @@ class Sweep:
         self.failures.append(f"{op.method} {op.path} ({op.operation_id}, {op.content_type}): {message}")
 
 
-def owner_markers(owner: World) -> set[str]:
-    """What must never reach the outsider: the owner's text, ids, tenant and key."""
-    tenant = owner.actor.tenant
-    ids = {v for k, v in owner.values.items() if k in ID_KINDS}
-    return {owner.mark, str(tenant.pk), tenant.slug, owner.actor.raw_key, owner.actor.api_key.prefix, *ids}
-
-
 def probe_operation(run: Sweep, op: Operation) -> None:
     run.operations += 1
     try:
@@ -350,119 +272,6 @@ def test_every_operation_answers_the_outsider_as_a_stranger(worlds, capsys):
         print(f"{run.requests} requests")
     assert run.failures == [], "\n".join(run.failures)
     assert run.operations == len(ops) > 40
-
-
-# --- the conversation socket -------------------------------------------------------------------------------
-
-
-@pytest.mark.django_db(transaction=True)
-def test_the_socket_answers_the_outsider_as_a_stranger_and_tells_it_nothing(owner, outsider):
-    """The outsider's socket on the owner's conversation closes as on a random id, whichever way the key
-    comes; its socket on its own conversation hears nothing of the owner's messages."""
-    from channels.layers import channel_layers
-
-    from conversations.services import conversation_create
-    from tests.conversations.test_websocket import QUIET, append, next_event, open_socket, refusal_code, run
-
-    owners = conversation_create(tenant=owner.tenant, end_user_external_id="alice", title=OWNER_MARK)
-    own = conversation_create(tenant=outsider.tenant, end_user_external_id="mallory")
-    key = outsider.raw_key
-    credentials = [
-        {"key": key},
-        {"query": f"?api_key={key}"},
-        {"subprotocols": ["mnemo", f"mnemo.bearer.{key}"]},
-    ]
-
-    async def scenario():
-        for given in credentials:
-            codes = [await refusal_code(target, **given) for target in (owners.id, uuid.uuid4())]
-            assert codes[0] == codes[1] == 4404, given
-        async with open_socket(own.id, key=key) as mine, open_socket(owners.id, key=owner.raw_key) as theirs:
-            await append(owner, owners, f"{OWNER_MARK} secret plan")
-            assert OWNER_MARK in json.dumps(await next_event(theirs))  # the event was sent, to its tenant
-            assert await mine.receive_nothing(QUIET)
-
-    channel_layers.backends.clear()  # a layer belongs to the event loop that made it
-    try:
-        run(scenario)
-    finally:
-        channel_layers.backends.clear()
-
-
-# --- the chat proxy, both shapes ---------------------------------------------------------------------------
-
-
-def _proxy_body(fmt: str, **extra: Any) -> dict[str, Any]:
-    question = {"role": "user", "content": "What do you know about me?"}
-    if fmt == "anthropic":
-        return {"model": "claude-3-5-sonnet", "max_tokens": 64, "messages": [question], **extra}
-    return {"model": "gpt-4o", "messages": [question], **extra}
-
-
-PROXY_URLS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
-# Where a proxy request names an object: the conversation header (an id), and the end user (a name: the
-# header, OpenAI's `user`, Anthropic's `metadata.user_id`), as (kind, headers, body fields) for a value.
-PROXY_REFS: list[tuple[str, str, Callable[[str, str], tuple[dict[str, str], dict[str, Any]]]]] = [
-    ("conversation", "X-Mnemo-Conversation", lambda fmt, v: ({"HTTP_X_MNEMO_CONVERSATION": v}, {})),
-    ("user", "X-Mnemo-User", lambda fmt, v: ({"HTTP_X_MNEMO_USER": v}, {})),
-    (
-        "user",
-        "user / metadata.user_id",
-        lambda fmt, v: ({}, {"metadata": {"user_id": v}} if fmt == "anthropic" else {"user": v}),
-    ),
-]
-
-
-@pytest.fixture
-def proxy_upstream(settings, llm_server):  # noqa: F811
-    """Both upstream formats answered by the test server (tests/llm_server.py)."""
-    from context.proxy import upstream
-
-    settings.LLM_BASE_URL, settings.LLM_API_KEY = llm_server.base_url, "sk-upstream"
-    settings.ANTHROPIC_BASE_URL = llm_server.base_url.removesuffix("/v1")
-    settings.ANTHROPIC_API_KEY = "sk-upstream"
-    upstream._http_client.cache_clear()
-    upstream._openai_clients.clear()
-    yield llm_server
-    upstream._http_client.cache_clear()
-    upstream._openai_clients.clear()
-
-
-def proxy_send(actor: Actor, fmt: str, headers: dict[str, str], body: dict[str, Any]) -> tuple[Any, bytes]:
-    from django.test import Client
-
-    client = Client(HTTP_AUTHORIZATION=f"Bearer {actor.raw_key}", **headers)
-    with transaction.atomic():
-        response = client.post(PROXY_URLS[fmt], json.dumps(body), content_type="application/json")
-        body_bytes = sweep.body_bytes(response)
-        transaction.set_rollback(True)
-    return response, body_bytes
-
-
-@pytest.mark.parametrize("fmt", ["openai", "anthropic"])
-def test_the_proxy_answers_the_outsider_as_a_stranger(worlds, proxy_upstream, fmt):
-    """The owner's conversation in the header is a 404 as a random id is; the owner's end user's name is the
-    outsider's own end user of that name: nothing of the owner's reaches the answer or the upstream."""
-    owner, own = worlds
-    markers = owner_markers(owner)
-    # The control: the owner's own request for its end user carries that user's memory upstream, so the
-    # checks below would see it reach the outsider's.
-    proxy_send(owner.actor, fmt, {"HTTP_X_MNEMO_USER": owner.values["user"]}, _proxy_body(fmt))
-    assert OWNER_MARK in json.dumps(proxy_upstream.requests)
-    for kind, where, place in PROXY_REFS:
-        answers = []
-        for value in (owner.values[kind], sweep.random_value(kind)):
-            headers, extra = place(fmt, value)
-            before = len(proxy_upstream.requests)
-            response, body = proxy_send(own.actor, fmt, headers, _proxy_body(fmt, **extra))
-            assert response.status_code == (404 if kind in ID_KINDS else 200), (where, body[:300])
-            assert sweep.leaks(response, body, markers, sent=[value]) == [], where
-            sent_upstream = json.dumps(proxy_upstream.requests[before:])
-            assert not [m for m in markers if m in sent_upstream], (where, "upstream")
-            answers.append(sweep.answer(response, body, [value]))
-        assert answers[0] == answers[1], where
-    models = own.actor.client.get("/v1/models")
-    assert models.status_code == 200 and sweep.leaks(models, models.content, markers) == []
 
 
 # --- the sweep grows with the API --------------------------------------------------------------------------
