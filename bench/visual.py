@@ -290,7 +290,8 @@ def run(turns: int, seed: int) -> dict:
 
     # Image tokens of the history as the model now sees it vs every frame kept at full price.
     messages = list(Message.objects.filter(conversation=conversation).order_by("seq"))
-    mnemo_tokens = sum(visual.parts_image_tokens(m.parts, model=MODEL) for m in messages)
+    tenant_id = conversation.tenant_id
+    mnemo_tokens = sum(visual.parts_image_tokens(m.parts, tenant_id=tenant_id, model=MODEL) for m in messages)
     baseline_tokens = len(frames) * image_tokens(width=W, height=H, model=MODEL)
     parts = [p for m in messages for p in iter_image_parts(m.parts)]
     kept = [p for p in parts if "duplicate_of" not in p and not p.get("compacted")]
@@ -317,7 +318,9 @@ def run(turns: int, seed: int) -> dict:
     phash_only_false = sum(1 for i in changed if hamming(ph[i], ph[i - 1]) <= 10)
     phash_only_dups = sum(1 for i in range(1, len(frames)) if hamming(ph[i], ph[i - 1]) <= 10)
     compacted = [p for p in parts if p.get("compacted")]
-    placeholder_tokens = visual.parts_image_tokens(compacted, model=MODEL) / max(1, len(compacted))
+    placeholder_tokens = visual.parts_image_tokens(compacted, tenant_id=tenant_id, model=MODEL) / max(
+        1, len(compacted)
+    )
 
     # Hashing: the reduced frame (what intake does) vs the full frame; and how far apart the hashes are.
     from PIL import Image

@@ -293,6 +293,11 @@ class MessageAdmin(AppendOnlyAdmin):
     def save_model(self, request: HttpRequest, obj: Message, form: Any, change: bool) -> None:
         # An operator's correction is counted like any write, so the context budget stays exact.
         obj.token_count = message_token_count(
-            role=obj.role, content=obj.content, parts=obj.parts, model=obj.conversation.model, name=obj.name
+            role=obj.role,
+            content=obj.content,
+            parts=obj.parts,
+            tenant_id=obj.conversation.tenant_id,
+            model=obj.conversation.model,
+            name=obj.name,
         )
         super().save_model(request, obj, form, change)

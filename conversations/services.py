@@ -139,12 +139,13 @@ def _text_token_count(
 
 
 def message_token_count(
-    *, role: str, content: str, parts: list[dict[str, Any]], model: str, name: str = ""
+    *, role: str, content: str, parts: list[dict[str, Any]], tenant_id: Any, model: str, name: str = ""
 ) -> int:
     """Tokens of a message as the model sees it, its speaker's name and images included (by the model's
-    provider rule; a duplicate or a compacted image costs its one line of text)."""
+    provider rule; a duplicate or a compacted image costs its one line of text). Images are looked up in the
+    tenant only."""
     text = _text_token_count(role=role, content=content, parts=parts, model=model, name=name)
-    return text + visual.parts_image_tokens(parts, model=model)
+    return text + visual.parts_image_tokens(parts, tenant_id=tenant_id, model=model)
 
 
 # The column's length, as sent: the schema's maxLength is the input's (tenants.api.StrictSerializer).
@@ -172,7 +173,7 @@ def message_name_check(value: Any) -> str:
 
 
 def _prepare(
-    item: dict[str, Any], *, index: int, model: str, uploads: dict[str, Any] | None = None
+    item: dict[str, Any], *, index: int, tenant_id: Any, model: str, uploads: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Normalise one validated message, validate and hash its new images, and count its tokens (outside
     the lock: decoding and tokenising are the slow parts)."""
@@ -214,8 +215,12 @@ def _prepare(
         # None: the server's now at write time.
         "created_at": created_at,
         # With new images the text is counted here and the images once they are stored (dedup decides).
-        "token_count": (_text_token_count if images.has_new else message_token_count)(
-            role=role, content=content, parts=parts, model=model, name=name
+        "token_count": (
+            _text_token_count(role=role, content=content, parts=parts, model=model, name=name)
+            if images.has_new
+            else message_token_count(
+                role=role, content=content, parts=parts, tenant_id=tenant_id, model=model, name=name
+            )
         ),
         "images": images,
     }
@@ -265,7 +270,7 @@ def _name(name: Any, index: int) -> str:
         ) from None
 
 
-def _same_message(existing: Message, prepared: dict[str, Any]) -> bool:
+def _same_message(existing: Message, prepared: dict[str, Any], *, tenant_id: Any) -> bool:
     # What the message says, and who says it, is compared; its metadata, flags and created_at are not: a
     # client that stamps each retry with its own clock is still sending the same message, and gets the
     # original back.
@@ -277,8 +282,8 @@ def _same_message(existing: Message, prepared: dict[str, Any]) -> bool:
         return False
     if not prepared["images"].pending:
         return existing.parts == prepared["parts"]
-    return visual.comparable_parts(existing.parts) == visual.comparable_parts(
-        prepared["parts"], prepared["images"]
+    return visual.comparable_parts(existing.parts, tenant_id=tenant_id) == visual.comparable_parts(
+        prepared["parts"], tenant_id=tenant_id, pending=prepared["images"]
     )
 
 
@@ -333,7 +338,9 @@ def message_append_batch(
     keys = _idempotency_keys(items, idempotency_key)
     prepared = []
     for index, (item, key) in enumerate(zip(items, keys, strict=True)):
-        row = _prepare(item, index=index, model=conversation.model, uploads=uploads)
+        row = _prepare(
+            item, index=index, tenant_id=conversation.tenant_id, model=conversation.model, uploads=uploads
+        )
         row["idempotency_key"] = key
         prepared.append(row)
     intake = None
@@ -526,7 +533,7 @@ def _append_locked(
         _parents_check(conversation, prepared)
         batch = _Batch(seq=first_seq)
         for index, row in enumerate(prepared):
-            replayed = _replay_of(existing, row, index)
+            replayed = _replay_of(existing, row, index, tenant_id=conversation.tenant_id)
             if replayed is not None:
                 batch.results.append(AppendResult(replayed, created=False))
                 continue
@@ -592,12 +599,14 @@ def _parents_check(conversation: Conversation, prepared: list[dict[str, Any]]) -
         )
 
 
-def _replay_of(existing: dict[str, Message], row: dict[str, Any], index: int) -> Message | None:
+def _replay_of(
+    existing: dict[str, Message], row: dict[str, Any], index: int, *, tenant_id: Any
+) -> Message | None:
     """The stored original of an item whose idempotency key was seen before (409 when it differs)."""
     key = row["idempotency_key"]
     if key is None or key not in existing:
         return None
-    if not _same_message(existing[key], row):
+    if not _same_message(existing[key], row, tenant_id=tenant_id):
         raise ApplicationError(
             "This idempotency key was used for a different message.",
             code="idempotency_conflict",
@@ -690,7 +699,11 @@ def compaction_records_append(
                     metadata=record.get("metadata") or {},
                     idempotency_key=record.get("idempotency_key"),
                     token_count=message_token_count(
-                        role=record["role"], content=record["content"], parts=[], model=conversation.model
+                        role=record["role"],
+                        content=record["content"],
+                        parts=[],
+                        tenant_id=conversation.tenant_id,
+                        model=conversation.model,
                     ),
                     created_at=now,
                 )
@@ -740,6 +753,7 @@ def message_update(
                 role=locked.role,
                 content=new_content,
                 parts=new_parts,
+                tenant_id=locked.conversation.tenant_id,
                 model=locked.conversation.model,
                 name=locked.name,
             )

@@ -16,8 +16,9 @@ from django.db import transaction
 from django.utils.dateparse import parse_datetime
 from rest_framework.exceptions import ValidationError
 
+from cold_storage.selectors import images_by_id
 from conversations.models import Conversation, Message, Turn
-from conversations.parts import parts_validate
+from conversations.parts import iter_image_parts, parts_validate
 from conversations.services import (
     default_model,
     message_name_check,
@@ -208,6 +209,7 @@ def transcript_import(*, tenant: Tenant, data: bytes, max_message_bytes: int) ->
         raise _bad(1, "model must be a string of at most 100 characters.")
     turns = _header_turns(header)
     rows = _message_rows(lines, turns=turns, max_message_bytes=max_message_bytes)
+    _image_references_check(tenant, [line_no for line_no, _ in lines], rows)
     fields = _header_fields(header)
     turn_times = {index: _turn_times(turn) for index, turn in turns.items()}
     with transaction.atomic():
@@ -410,6 +412,34 @@ def _row_flags(entry: dict[str, Any], line_no: int, chain: _Chain) -> str | None
     return key
 
 
+def _image_references(parts: list[dict[str, Any]]) -> Iterator[tuple[int, str]]:
+    """(index of the top-level part, image id) for every image a message's parts name, those inside a tool
+    result's content included."""
+    for index, part in enumerate(parts):
+        for image in iter_image_parts([part]):
+            for name in ("image_id", "duplicate_of"):
+                if name in image:
+                    yield index, image[name]
+
+
+def _image_references_check(tenant: Tenant, line_numbers: list[int], rows: list[dict[str, Any]]) -> None:
+    """Every image a line names must be an image of the importing tenant, as on append: otherwise the token
+    count stored with the message would tell whether another tenant's image exists, and its size."""
+    named = [
+        (line_no, ref)
+        for line_no, row in zip(line_numbers, rows, strict=True)
+        for ref in _image_references(row["parts"])
+    ]
+    found = images_by_id(tenant_id=tenant.pk, image_ids={image_id for _, (_, image_id) in named})
+    for line_no, (index, image_id) in named:
+        if image_id not in found:
+            raise ApplicationError(
+                f"Line {line_no}: part {index} names no image of your tenant ({image_id}).",
+                code="invalid_image",
+                extra={"line": line_no, "index": index, "reason": "unknown_image_id", "image_id": image_id},
+            )
+
+
 def _conversation_create(
     tenant: Tenant, fields: dict[str, Any], *, model: str, last_seq: int, last_turn_index: int
 ) -> Conversation:
@@ -476,6 +506,7 @@ def _messages_create(
                     role=row["role"],
                     content=row["content"],
                     parts=row["parts"],
+                    tenant_id=conversation.tenant_id,
                     model=model,
                     name=row["name"],
                 ),

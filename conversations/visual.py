@@ -34,19 +34,24 @@ logger = logging.getLogger(__name__)
 
 
 def parts_image_tokens(
-    parts: list[dict[str, Any]], *, model: str, sizes: dict[str, tuple[int, int]] | None = None
+    parts: list[dict[str, Any]],
+    *,
+    tenant_id: Any,
+    model: str,
+    sizes: dict[str, tuple[int, int]] | None = None,
 ) -> int:
     """Tokens the images of these parts cost: a duplicate or a placeholder costs its line of text, a kept
-    image its provider's rule (providers/images.py). Parts not stored yet (data/upload) count nothing here."""
+    image its provider's rule (providers/images.py). Parts not stored yet (data/upload) count nothing here.
+    Sizes are read inside the tenant only: another tenant's image counts as unavailable, so a count cannot
+    tell whether that image exists or how large it is."""
     stored = [p for p in iter_image_parts(parts) if "image_id" in p]
     if not stored:
         return 0
     sizes = dict(sizes or {})
     missing = {p["image_id"] for p in stored if image_line(p) is None and p["image_id"] not in sizes}
     if missing:
-        for image_id, width, height in ArchivedImage.objects.filter(pk__in=missing).values_list(
-            "pk", "width", "height"
-        ):
+        rows = ArchivedImage.objects.filter(tenant_id=tenant_id, pk__in=missing)
+        for image_id, width, height in rows.values_list("pk", "width", "height"):
             sizes[image_id] = (width, height)
     total = 0
     for part in stored:
@@ -216,15 +221,18 @@ def intake_store(*, state: IntakeState, message: Any, message_images: MessageIma
         pending.part.clear()
         pending.part.update(new_part)
         sizes[image.id] = (image.width, image.height)
-    return parts_image_tokens(message.parts, model=model, sizes=sizes)
+    return parts_image_tokens(message.parts, tenant_id=state.tenant_id, model=model, sizes=sizes)
 
 
-def comparable_parts(parts: list[dict[str, Any]], pending: MessageImages | None = None) -> Any:
+def comparable_parts(
+    parts: list[dict[str, Any]], *, tenant_id: Any, pending: MessageImages | None = None
+) -> Any:
     """Parts with each image reduced to its sha256 and options, so a retried append (same key, same image
     bytes) matches the message it stored even though the stored parts name image ids."""
     decoded = {id(p.part): p.decoded.sha256 for p in (pending.pending if pending else []) if p.decoded}
     ids = {p["image_id"] for p in iter_image_parts(parts) if "image_id" in p}
-    shas = dict(ArchivedImage.objects.filter(pk__in=ids).values_list("pk", "sha256")) if ids else {}
+    own = ArchivedImage.objects.filter(tenant_id=tenant_id, pk__in=ids)
+    shas = dict(own.values_list("pk", "sha256")) if ids else {}
 
     def reduce(items: list[dict[str, Any]]) -> list[Any]:
         out: list[Any] = []
@@ -283,7 +291,7 @@ def turn_compact(*, turn: Any, model: str, now: Any) -> CompactionResult | None:
     compacted, touched = _frames_compact(
         frames, keep=keep, low_detail=history_image_detail(turn) == "low", result=result
     )
-    _messages_recount(touched, model=model, result=result)
+    _messages_recount(touched, tenant_id=turn.conversation.tenant_id, model=model, result=result)
 
     own = set(ArchivedImage.objects.filter(pk__in=set(roles), turn_id=turn.pk).values_list("pk", flat=True))
     images.images_mark(roles={k: v for k, v in roles.items() if k in own}, compacted=compacted & own, now=now)
@@ -368,13 +376,15 @@ def _frames_compact(
     return compacted, touched
 
 
-def _messages_recount(touched: dict[Any, Any], *, model: str, result: CompactionResult) -> None:
+def _messages_recount(
+    touched: dict[Any, Any], *, tenant_id: Any, model: str, result: CompactionResult
+) -> None:
     """Stores the changed messages' parts with their new token counts, adding both counts to `result`."""
     from conversations.models import Message
 
     for message in touched.values():
         result.tokens_before += message.token_count
-        message.token_count = _recount(message, model=model)
+        message.token_count = _recount(message, tenant_id=tenant_id, model=model)
         result.tokens_after += message.token_count
         Message.objects.filter(pk=message.pk).update(parts=message.parts, token_count=message.token_count)
 
@@ -388,11 +398,16 @@ def history_image_detail(turn: Any) -> str:
     return "keep" if value == "keep" else "low"
 
 
-def _recount(message: Any, *, model: str) -> int:
+def _recount(message: Any, *, tenant_id: Any, model: str) -> int:
     from conversations.services import message_token_count
 
     return message_token_count(
-        role=message.role, content=message.content, parts=message.parts, model=model, name=message.name
+        role=message.role,
+        content=message.content,
+        parts=message.parts,
+        tenant_id=tenant_id,
+        model=model,
+        name=message.name,
     )
 
 

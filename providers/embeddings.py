@@ -7,6 +7,7 @@ import atexit
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -202,21 +203,40 @@ def embed(texts: list[str]) -> tuple[np.ndarray | None, str]:
 
 
 _QUERY_CACHE_SIZE = 256
-_query_cache: "dict[tuple[str, str], np.ndarray]" = {}
+# Cached query vectors by (scope, model, text). The scope is the tenant of the request asking: a cache shared
+# by tenants would answer one tenant's search faster when another tenant had just asked the same question,
+# which tells it that question was asked. Without a scope nothing is cached (nothing can be shared).
+_QueryKey = tuple[str, str, str]
+_query_cache: "dict[_QueryKey, np.ndarray]" = {}
 _query_lock = threading.Lock()
 # Queries being embedded ahead (embed_query_ahead), by the same key as the cache.
-_query_pending: "dict[tuple[str, str], Future[tuple[np.ndarray | None, str]]]" = {}
+_query_pending: "dict[_QueryKey, Future[tuple[np.ndarray | None, str]]]" = {}
 _ahead: ThreadPoolExecutor | None = None
+_query_scope: ContextVar[str | None] = ContextVar("mnemo_query_cache_scope", default=None)
+
+
+def query_cache_scope_set(scope: str | None) -> None:
+    """Bind the current request (its thread or task) to one tenant's query cache; None: no caching. Set
+    where a request authenticates, for every request, so a thread serving requests of several tenants in
+    turn never carries one tenant's scope into the next."""
+    _query_scope.set(scope)
+
+
+def _query_key(model: str, text: str) -> _QueryKey | None:
+    scope = _query_scope.get()
+    return None if scope is None else (scope, model, text)
 
 
 def embed_query(text: str) -> tuple[np.ndarray | None, str]:
-    """(one vector or None, model name or the reason): embed() for a search query, memoised, since one
-    context call searches several stores with the same question (and clients repeat questions). A query
-    being embedded ahead is waited for, not embedded twice."""
+    """(one vector or None, model name or the reason): embed() for a search query, memoised per tenant,
+    since one context call searches several stores with the same question (and clients repeat questions).
+    A query being embedded ahead is waited for, not embedded twice."""
     status = embedder_status()
     if status.embedder is None:
         return None, status.reason
-    key = (status.embedder.name, text)
+    key = _query_key(status.embedder.name, text)
+    if key is None:
+        return _embed_and_keep(None, text)
     with _query_lock:
         cached = _query_cache.get(key)
         pending = _query_pending.get(key)
@@ -233,10 +253,12 @@ def embed_query(text: str) -> tuple[np.ndarray | None, str]:
     return _embed_and_keep(key, text)
 
 
-def _embed_and_keep(key: tuple[str, str], text: str) -> tuple[np.ndarray | None, str]:
+def _embed_and_keep(key: _QueryKey | None, text: str) -> tuple[np.ndarray | None, str]:
     vectors, model = embed([text])
     if vectors is None:
         return None, model
+    if key is None:
+        return vectors[0], model
     with _query_lock:
         if len(_query_cache) >= _QUERY_CACHE_SIZE:
             _query_cache.pop(next(iter(_query_cache)))
@@ -253,7 +275,9 @@ def embed_query_ahead(text: str) -> None:
     status = embedder_status()
     if not isinstance(status.embedder, LocalMiniLM) or not text.strip():
         return
-    key = (status.embedder.name, text)
+    key = _query_key(status.embedder.name, text)
+    if key is None:  # nowhere to hand the vector over
+        return
     with _query_lock:
         if key in _query_cache or key in _query_pending:
             return
@@ -264,6 +288,6 @@ def embed_query_ahead(text: str) -> None:
     future.add_done_callback(lambda _: _query_pending_drop(key))
 
 
-def _query_pending_drop(key: tuple[str, str]) -> None:
+def _query_pending_drop(key: _QueryKey) -> None:
     with _query_lock:
         _query_pending.pop(key, None)

@@ -8,8 +8,14 @@ from django.core.cache import cache
 from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions
 
+from providers.embeddings import query_cache_scope_set
 from tenants.models import ApiKey, Tenant
-from tenants.selectors import api_key_cache_key, api_key_resolve
+from tenants.selectors import (
+    api_key_cache_key,
+    api_key_cache_seconds,
+    api_key_cache_shared,
+    api_key_resolve,
+)
 
 
 class ApiClient:
@@ -52,22 +58,30 @@ def api_key_touch(api_key: ApiKey) -> None:
         stale = stale.filter(last_used_at__lte=now - interval)
     stale.update(last_used_at=now)
     api_key.last_used_at = now
-    if settings.MNEMO_API_KEY_CACHE_SECONDS:
-        # The cached copy carries last_used_at too; refresh it or every request would try the update again.
-        # Refresh the entry that is cached now, never write this request's copy back: the key or its tenant
-        # may have changed since this request read it, and the change dropped the entry; writing the old
-        # copy back would bring the old settings (or a revoked key) back until the entry expired.
-        cache_key = api_key_cache_key(api_key.prefix)
-        cached = cache.get(cache_key)
-        if cached is not None and cached.pk == api_key.pk:
-            cached.last_used_at = now
-            cache.set(cache_key, cached, settings.MNEMO_API_KEY_CACHE_SECONDS)
+    seconds = api_key_cache_seconds()
+    if not seconds:
+        return
+    # The cached copy carries last_used_at too; refresh it or every request would try the update again.
+    cache_key = api_key_cache_key(api_key.prefix)
+    if not api_key_cache_shared():
+        # Setting a process's own entry anew would stretch how late a revocation made elsewhere is seen:
+        # drop it, and the next request reads the row (last_used_at included) once more.
+        cache.delete(cache_key)
+        return
+    # Refresh the entry that is cached now, never write this request's copy back: the key or its tenant
+    # may have changed since this request read it, and the change dropped the entry; writing the old copy
+    # back would bring the old settings (or a revoked key) back until the entry expired.
+    cached = cache.get(cache_key)
+    if cached is not None and cached.pk == api_key.pk:
+        cached.last_used_at = now
+        cache.set(cache_key, cached, seconds)
 
 
 def authenticate_raw_key(raw_key: str | None) -> ApiKey | None:
-    if not raw_key:
-        return None
-    api_key = api_key_resolve(raw_key=raw_key)
+    """The active key, or None. Also binds the request to its tenant's query-embedding cache (none for a
+    refused key): every API, proxy and socket request passes here first, on the thread that serves it."""
+    api_key = api_key_resolve(raw_key=raw_key) if raw_key else None
+    query_cache_scope_set(str(api_key.tenant_id) if api_key is not None else None)
     if api_key is not None:
         api_key_touch(api_key)
     return api_key

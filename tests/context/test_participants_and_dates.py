@@ -192,7 +192,7 @@ def test_short_turns_fill_a_large_budget(owner, conversation, lexical_only):
         {
             "role": "user" if n % 2 == 0 else "assistant",
             "name": "Ana" if n % 2 == 0 else "Ben",
-            "content": f"{'Pottery' if n % 3 else 'Weather'} note {n}: I spent an afternoon on {topics[n % 8]}.",
+            "content": f"{'Pottery' if n % 3 else 'Weather'} note {n}: an afternoon on {topics[n % 8]}.",
             "created_at": (day + timedelta(days=n // 50, minutes=n % 50)).isoformat(),
         }
         for n in range(2000)

@@ -62,7 +62,9 @@ def orm_append(conversation: Conversation, *, role: str, kind: str, content: str
         kind=kind,
         content=content,
         metadata=metadata,
-        token_count=message_token_count(role=role, content=content, parts=[], model=conversation.model),
+        token_count=message_token_count(
+            role=role, content=content, parts=[], tenant_id=conversation.tenant_id, model=conversation.model
+        ),
     )
     Conversation.objects.filter(pk=conversation.pk).update(last_seq=seq)
     return message
@@ -435,13 +437,65 @@ def test_import_accepts_crlf_line_endings(owner):
     assert list(imported.values_list("content", flat=True)) == ["m1", "m2"]
 
 
+def without_images(body: bytes) -> bytes:
+    """The transcript with its image parts left out (they name images of the exporting tenant)."""
+    lines = lines_of(body)
+    for line in lines[1:]:
+        if "parts" in line:
+            line["parts"] = [p for p in line["parts"] if p["type"] != "image"]
+    return jsonl(*lines)
+
+
 def test_import_always_lands_in_the_callers_tenant(owner, outsider, rich):
-    response = import_transcript(outsider.client, export(owner.client, rich.id))
-    assert response.status_code == 201
+    response = import_transcript(outsider.client, without_images(export(owner.client, rich.id)))
+    assert response.status_code == 201, response.content
     imported = Conversation.objects.get(pk=response.json()["id"])
     assert imported.tenant_id == outsider.tenant.id
     assert imported.end_user.tenant_id == outsider.tenant.id
     assert owner.client.get(f"/api/v1/conversations/{imported.id}").status_code == 404
+
+
+def test_import_refuses_another_tenants_image_alike_a_random_id(owner, outsider):
+    """A part naming another tenant's image is refused with the part's index, exactly as an id no tenant
+    has: the token count of the stored message would otherwise tell the image exists, and its size."""
+    real = ArchivedImageFactory(tenant=owner.tenant, width=64, height=48).id
+    answers = []
+    for image_id in (real, "img_0123456789abcdef"):
+        parts = [{"type": "text", "text": "look"}, {"type": "image", "image_id": image_id, "detail": "high"}]
+        response = import_transcript(outsider.client, first_line(parts=parts))
+        assert response.status_code == 400, response.content
+        answers.append(json.dumps(response.json()).replace(image_id, "<image>"))
+    assert answers[0] == answers[1]
+    error = json.loads(answers[0])["error"]
+    assert (error["code"], error["extra"]["line"], error["extra"]["index"]) == ("invalid_image", 2, 1)
+    assert not Conversation.objects.filter(tenant=outsider.tenant).exists()
+
+
+def test_import_counts_the_tenants_own_images(owner):
+    ArchivedImageFactory(tenant=owner.tenant, id="img_own0001", width=64, height=48)
+    nested = {
+        "type": "tool_result",
+        "tool_call_id": "c1",
+        "content": [{"type": "image", "image_id": "img_own0001"}],
+    }
+    parts = [{"type": "image", "image_id": "img_own0001", "detail": "high"}, nested]
+    response = import_transcript(owner.client, first_line(parts=parts))
+    assert response.status_code == 201, response.content
+    message = Message.objects.get(conversation_id=response.json()["id"])
+    assert message.token_count > 2 * 85  # both images at their provider's price, not as missing
+
+
+def test_image_tokens_are_looked_up_inside_the_tenant(owner, outsider):
+    """Another tenant's image costs what an unknown id does (its one line of text), never its size."""
+    from conversations.parts import UNAVAILABLE
+    from conversations.visual import parts_image_tokens
+    from providers.tokens import count_text
+
+    real = ArchivedImageFactory(tenant=owner.tenant, width=1920, height=1080).id
+    parts = [{"type": "image", "image_id": real, "detail": "high"}]
+    unavailable = count_text(UNAVAILABLE.format(image_id=real), model="gpt-4o") + 1
+    assert parts_image_tokens(parts, tenant_id=outsider.tenant.pk, model="gpt-4o") == unavailable
+    assert parts_image_tokens(parts, tenant_id=owner.tenant.pk, model="gpt-4o") > 1000
 
 
 # --- the seed's shape --------------------------------------------------------------------------------------
@@ -501,7 +555,10 @@ def test_seed_style_file_without_header_and_with_epoch_milliseconds_imports(owne
     assert messages[2].metadata == {"trigger": "auto", "preTokens": 155727}
     assert all(m.parent_id is None and m.turn_id is None and m.completed for m in messages)
     assert [m.token_count for m in messages] == [
-        message_token_count(role=m.role, content=m.content, parts=[], model="gpt-4o") for m in messages
+        message_token_count(
+            role=m.role, content=m.content, parts=[], tenant_id=owner.tenant.id, model="gpt-4o"
+        )
+        for m in messages
     ]
 
 

@@ -73,7 +73,7 @@ def test_the_period_a_question_names(question, first, last):
 
 
 @pytest.mark.parametrize(
-    "question", ["When did Priya go to the pottery class?", "Is a budget of 2,000 enough?", "On 31 June 2023?"]
+    "question", ["When did Priya go to the pottery class?", "Is a budget of 2,000 OK?", "On 31 June 2023?"]
 )
 def test_a_question_without_a_period_names_none(question):
     assert question_period(question) is None

@@ -22,19 +22,27 @@ def fresh_model(settings):
     settings.MNEMO_EMBEDDINGS = "local"
     embeddings._build.cache_clear()
     embeddings._query_cache.clear()
+    embeddings.query_cache_scope_set("tenant-a")  # as an authenticated request is
     yield settings
+    embeddings.query_cache_scope_set(None)
     embeddings._build.cache_clear()
     embeddings._query_cache.clear()
 
 
-def test_warm_up_loads_and_runs_the_model_in_the_background(fresh_model):
+def test_warm_up_loads_and_runs_the_model_in_the_background(fresh_model, monkeypatch):
     fresh_model.MNEMO_WARM_ON_START = True
+    runs: list[list[str]] = []
+    original = embeddings.LocalMiniLM.embed
+    monkeypatch.setattr(
+        embeddings.LocalMiniLM, "embed", lambda self, texts: runs.append(texts) or original(self, texts)
+    )
     thread = embeddings.embeddings_warm()
     assert thread is not None and thread.daemon
     thread.join(timeout=60)
     assert embeddings._build.cache_info().currsize == 1
     assert isinstance(embeddings.embedder_status().embedder, embeddings.LocalMiniLM)
-    assert embeddings._query_cache  # the session has run once
+    assert runs == [["warm up"]]  # the session has run once
+    assert not embeddings._query_cache  # a query of no tenant is not kept
 
 
 @pytest.mark.parametrize("setting, backend", [(False, "local"), (True, "none")])

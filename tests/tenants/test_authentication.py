@@ -93,7 +93,8 @@ def test_unknown_api_path_answers_in_the_error_shape(owner, settings):
 def test_a_cached_key_costs_no_query_and_any_change_to_it_takes_effect_at_once(
     owner, django_assert_num_queries
 ):
-    owner.client.get(URL)  # fills the cache (and records the use)
+    owner.client.get(URL)  # records the use
+    owner.client.get(URL)  # fills the cache, the use recorded
     from tenants.selectors import api_key_resolve
 
     with django_assert_num_queries(0):
@@ -149,3 +150,38 @@ def test_recording_a_keys_use_does_not_bring_back_settings_changed_meanwhile(own
     owner.tenant.save()
     api_key_touch(in_flight)
     assert owner.client.post(URL, {}, format="json").json()["model"] == "gpt-4.1"
+
+
+LOCAL_CACHE = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "keys"}}
+
+
+def test_a_key_revoked_by_another_process_stops_working_within_seconds(owner, monkeypatch, settings):
+    """Without Redis each process caches keys in its own memory, and a revocation drops only the entry of
+    the process that made it: the others must see it within PROCESS_CACHE_KEY_SECONDS, on every surface."""
+    import time
+
+    from django.core.cache.backends import locmem
+    from django.test import Client
+
+    from tenants.selectors import PROCESS_CACHE_KEY_SECONDS
+
+    settings.CACHES = LOCAL_CACHE  # as without REDIS_URL
+    proxy = Client(headers={"Authorization": f"Bearer {owner.raw_key}"})
+    assert owner.client.get(URL).status_code == 200
+    assert proxy.get("/v1/models").status_code == 200  # both answer from this process's cache now
+    # What the revocation in the other process leaves here: the row changed, this cache not told.
+    ApiKey.objects.filter(tenant=owner.tenant).update(revoked_at=timezone.now())
+    later = time.time() + PROCESS_CACHE_KEY_SECONDS + 0.5
+    monkeypatch.setattr(locmem.time, "time", lambda: later)
+    assert owner.client.get(URL).status_code == 401
+    assert proxy.get("/v1/models").status_code == 401
+
+
+def test_a_shared_cache_keeps_keys_as_long_as_configured(settings):
+    from tenants.selectors import api_key_cache_seconds
+
+    settings.MNEMO_API_KEY_CACHE_SECONDS = 300
+    settings.CACHES = LOCAL_CACHE
+    assert api_key_cache_seconds() <= 5
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache"}}
+    assert api_key_cache_seconds() == 300  # every process drops the entry a revocation drops
