@@ -114,3 +114,18 @@ def test_a_burst_of_exchanges_queues_one_delayed_run_that_reads_them_all(
             conversation, {"role": "user", "content": "Thanks."}, {"role": "assistant", "content": "Sure."}
         )
     assert len(queued) == 2
+
+
+def test_what_a_named_speaker_said_is_kept_as_theirs(owner, conversation):
+    """Between several people, "I" is whoever spoke: the rules keep who said it."""
+    append(
+        conversation,
+        {"role": "user", "name": "Priya", "content": "My favourite editor is Helix. I prefer tea to coffee."},
+        {"role": "assistant", "name": "Tomas", "content": "Noted."},
+    )
+
+    memory_agent_run(conversation=conversation)
+
+    contents = set(ArchivalMemory.objects.values_list("content", flat=True))
+    assert contents == {"Priya: My favourite editor is Helix", "Priya: I prefer tea to coffee"}
+    assert CoreMemoryBlock.objects.get(label="preferences").value == "#1 Priya: I prefer tea to coffee."

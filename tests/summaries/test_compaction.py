@@ -333,3 +333,30 @@ def test_the_budgets_a_request_asked_for_size_later_runs_and_never_exceed_the_co
         configured.history_budget,
         configured.summary_budget,
     )
+
+
+def test_a_segment_names_the_speakers_and_the_days_it_covers(conversation):
+    from datetime import UTC, datetime, timedelta
+
+    from summaries.selectors import segment_prompt_text
+
+    day = datetime(2023, 5, 8, 12, tzinfo=UTC)
+    append(
+        conversation,
+        *[
+            {
+                "role": "user",
+                "name": "Priya" if n % 2 else "Tomas",
+                "content": f"Trip note {n}: the ferry to island {n} leaves at {n + 6} in the morning.",
+                "created_at": day + timedelta(days=n // 20),
+            }
+            for n in range(60)
+        ],
+    )
+
+    compaction_run(conversation=conversation, trigger="manual", sync=True)
+
+    segment = SummarySegment.objects.get(conversation=conversation)
+    assert "Priya: " in segment.text or "Tomas: " in segment.text
+    assert "User:" not in segment.text
+    assert segment_prompt_text(segment).startswith(f"[Messages 1–{segment.end_seq}, 2023-05-08 to 2023-05-")
