@@ -294,7 +294,9 @@ def _history_messages(state: ContextState, rows: list[tuple[Any, ...]]) -> list[
         if role in SPOKEN_ROLES and content:
             day = created_at.date()
         if text != content:
-            tokens += count_cached(text, model=state.model) - count_cached(content, model=state.model)
+            # The stored count holds the name already (counted as the provider counts a message's name).
+            unnamed = text.replace(f"{name}: ", "", 1) if name else text
+            tokens += count_cached(unnamed, model=state.model) - count_cached(content, model=state.model)
         messages.append(HistoryMessage(str(pk), seq, role, text, _parts(parts), tokens, is_error, completed))
     return messages
 
