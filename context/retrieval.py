@@ -41,7 +41,7 @@ from providers.passages import PASSAGE_WORDS
 # they hold HIT_OVERFETCH times the room (the placing skips what the prompt shows already, and what repeats).
 PASSAGE_OVERFETCH = 4.0
 HIT_OVERFETCH = 2.0
-MIN_PASSAGES = 48
+MIN_PASSAGES = 24
 MAX_PASSAGES = 2400
 MIN_CANDIDATES = 8
 ARCHIVAL_CANDIDATES = 8

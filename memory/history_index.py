@@ -30,7 +30,7 @@ from providers.background import server_handler, server_notify
 from providers.dates import Period, mentions
 from providers.embeddings import embedder_status, from_bytes
 from providers.passages import passage_spans
-from providers.ranking import Postings, Vectors, best_first, both_scores, fuse
+from providers.ranking import Postings, Vectors, best_first, best_positions, both_scores, fuse
 from providers.text import CJK, PASSAGE_STOPWORDS
 from tenants.statements import FixedQuery
 
@@ -268,6 +268,9 @@ VECTOR_WEIGHT = 1.5
 # Each ranking ranks messages (their best passage), not passages: a long reply's many passages would
 # otherwise fill the fusion depth and push short messages, whoever said them, out of both rankings.
 MESSAGE_RANKING = True
+# A message ranking is read among this many times the fusion depth of best passages (a message with more
+# passages than that among them only loses places it could not have used).
+MESSAGE_RANKING_READ = 4
 # The vector ranking compares the passages with the question less CENTRING times the mean of the
 # conversation's passage vectors: what every message of a long conversation shares (its project, its
 # subject) stops deciding which passages come first, and the part of the question that tells them apart
@@ -329,18 +332,16 @@ def _search(
     lexical, closeness = both_scores(
         index.postings, index.vectors, terms(query), centred, len(index.passages), shift=CENTRED_SHIFT
     )
+    depth = max(FUSION_DEPTH, limit)
     if MESSAGE_RANKING:
         owner = np.frombuffer(index.passage_message, dtype=np.int32)
-        starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
         rankings = (
-            (LEXICAL_WEIGHT, _best_of_each(lexical, owner, starts)),
-            (VECTOR_WEIGHT, _best_of_each(closeness, owner, starts)),
+            (LEXICAL_WEIGHT, _best_of_each(lexical, owner, eligible, depth)),
+            (VECTOR_WEIGHT, _best_of_each(closeness, owner, eligible, depth)),
         )
-        fused = _to_best_of_each(fuse(rankings, eligible, max(FUSION_DEPTH, limit)), owner, starts)
+        fused = _to_best_of_each(fuse(rankings, eligible, depth), owner)
     else:
-        fused = fuse(
-            ((LEXICAL_WEIGHT, lexical), (VECTOR_WEIGHT, closeness)), eligible, max(FUSION_DEPTH, limit)
-        )
+        fused = fuse(((LEXICAL_WEIGHT, lexical), (VECTOR_WEIGHT, closeness)), eligible, depth)
     for mask_of, weight in preferences:
         fused[mask_of(index)] *= weight
     return [
@@ -356,24 +357,30 @@ def _search(
     ]
 
 
-def _best_of_each(scores: np.ndarray, owner: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Each message's best passage keeps its score (the first of equals), its other passages none (`owner`:
-    each passage's message; `starts`: each message's first passage): a ranking of messages, so that a long
-    reply's many passages cannot fill the fusion depth and push short messages out of it."""
-    counts = np.diff(np.r_[starts, len(scores)])
-    tops = np.flatnonzero(scores >= np.repeat(np.maximum.reduceat(scores, starts), counts))
-    first = tops[np.r_[True, owner[tops][1:] != owner[tops][:-1]]]
+def _best_of_each(scores: np.ndarray, owner: np.ndarray, eligible: np.ndarray, depth: int) -> np.ndarray:
+    """Each message's best eligible passage keeps its score (the first of equals), its other passages none
+    (`owner`: each passage's message): a ranking of messages, so that a long reply's many passages cannot fill
+    the fusion depth and push short messages out of it. Read among the best few times `depth` passages only,
+    not the whole conversation."""
+    top = best_positions(scores, MESSAGE_RANKING_READ * depth, eligible & (scores > 0))
+    order = top[np.argsort(-scores[top], kind="stable")]
+    _, first = np.unique(owner[order], return_index=True)
+    kept = order[first]
     out = np.zeros_like(scores)
-    out[first] = scores[first]
+    out[kept] = scores[kept]
     return out
 
 
-def _to_best_of_each(fused: np.ndarray, owner: np.ndarray, starts: np.ndarray) -> np.ndarray:
+def _to_best_of_each(fused: np.ndarray, owner: np.ndarray) -> np.ndarray:
     """A message's fused score (the sum over its passages: its lexically best and its closest may differ) on
     its best passage alone."""
-    counts = np.diff(np.r_[starts, len(fused)])
-    total = np.repeat(np.add.reduceat(fused, starts), counts)
-    return np.where(_best_of_each(fused, owner, starts) > 0, total, 0.0)
+    scored = np.flatnonzero(fused > 0)
+    order = scored[np.argsort(-fused[scored], kind="stable")]
+    messages, first, inverse = np.unique(owner[order], return_index=True, return_inverse=True)
+    totals = np.bincount(inverse, weights=fused[order], minlength=len(messages))
+    out = np.zeros_like(fused)
+    out[order[first]] = totals
+    return out
 
 
 def mean_passage_tokens(index: ConversationIndex) -> float:

@@ -9,6 +9,7 @@ Pure functions of their input: the same text and day always give the same result
 
 import calendar
 import re
+import threading
 from dataclasses import dataclass
 from datetime import date, timedelta
 
@@ -107,12 +108,26 @@ _RELATIVE = re.compile(
 
 def mentions(text: str, said_on: date) -> list[Mention]:
     """The relative expressions of `text`, each with the period it names when said on `said_on`."""
-    found = []
-    for match in _RELATIVE.finditer(text):
-        period = _resolve(match, said_on)
-        if period is not None:
-            found.append(Mention(match.start(), match.end(), period))
-    return found
+    key = (hash(text), len(text), said_on)
+    found = _found.get(key)
+    if found is None:
+        found = tuple(
+            Mention(match.start(), match.end(), period)
+            for match in _RELATIVE.finditer(text)
+            if (period := _resolve(match, said_on)) is not None
+        )
+        with _found_lock:  # server threads share it
+            if len(_found) >= FOUND_KEPT:
+                _found.pop(next(iter(_found)))  # the oldest entry
+            _found[key] = found
+    return list(found)
+
+
+# What mentions() found, by the text's hash and length and the day, not by the text: the same history is
+# shown call after call, and the cache must not keep every message's text alive. Oldest entries go first.
+FOUND_KEPT = 32_768
+_found: dict[tuple[int, int, date], tuple[Mention, ...]] = {}
+_found_lock = threading.Lock()
 
 
 def annotate(text: str, said_on: date) -> str:
