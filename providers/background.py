@@ -2,8 +2,8 @@
 (eager Celery, no broker) eager tasks would run inside the request that queued them, so they run elsewhere
 (MNEMO_EAGER_TASKS_IN_THREAD; tests turn it off to run them inline): in a worker process of the server's own
 (providers.embedded_worker; MNEMO_EMBEDDED_WORKER "process", the default) or on one thread of this process
-("thread"). A task queued again while it waits runs once (task_queue_once: whatever else queued it). A broker that does not answer is logged, never a
-request error."""
+("thread"). A task queued again while it waits runs once; task_queue_once spares the queue a message per
+request. A broker that does not answer is logged, never a request error."""
 
 import logging
 import os
