@@ -71,6 +71,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First, so request latency (GET /metrics) includes the rest of the chain.
     "config.ops.RequestMetricsMiddleware",
+    # Next, so that whatever fails below it under /api/ answers in JSON with the request id.
+    "config.errors.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
