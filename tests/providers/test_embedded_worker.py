@@ -152,14 +152,17 @@ def _children(pid: int) -> list[str]:
     return found
 
 
-@pytest.fixture
-def embedded_server(tmp_path):
+@contextlib.contextmanager
+def embedded_server_running(var_dir: Path, **overrides: str):
+    """A real server (uvicorn on config.asgi, a tenant of its own) in the embedded mode, or as `overrides`
+    configure it; yields (process, base URL, API key)."""
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
     env.update(
         DJANGO_SETTINGS_MODULE="config.django.local",
-        MNEMO_VAR_DIR=str(tmp_path),
+        MNEMO_VAR_DIR=str(var_dir),
         MNEMO_EMBEDDED_BEAT="false",
         MNEMO_WARM_ON_START="false",
+        **overrides,
     )
 
     def manage(*args: str) -> str:
@@ -208,6 +211,12 @@ def embedded_server(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.fixture
+def embedded_server(tmp_path):
+    with embedded_server_running(tmp_path) as running:
+        yield running
 
 
 def test_the_embedded_server_embeds_appended_messages_in_its_worker_process(embedded_server):
