@@ -134,7 +134,13 @@ class Stack:
             str(self.port),
         ]
         self.procs.append(self._spawn([*server, "--lifespan", "off", "--no-access-log"], "server.log"))
-        for n in range(self.workers):
+        self.workers_start(self.workers)
+        self._wait_ready()
+
+    def workers_start(self, count: int) -> None:
+        """Celery workers of one process each (prefork, concurrency 1): a second worker is a second core."""
+        for _ in range(count):
+            n = len(self.procs)
             command = [
                 PYTHON,
                 "-m",
@@ -148,7 +154,6 @@ class Stack:
                 "1",
             ]
             self.procs.append(self._spawn([*command, "-n", f"soak{n}@%h"], f"worker{n}.log"))
-        self._wait_ready()
 
     def _spawn(self, command: list[str], log_name: str) -> subprocess.Popen[bytes]:
         out = open(self.var_dir / log_name, "wb")  # noqa: SIM115 - the process keeps writing to it
@@ -208,7 +213,9 @@ def embedded_stack(var_dir: Path, upstream: str, port: int) -> Stack:
     return Stack("embedded (SQLite, worker process)", base_env(var_dir, upstream), port, var_dir)
 
 
-def distributed_stack(var_dir: Path, upstream: str, port: int, database_url: str, redis_url: str) -> Stack:
+def distributed_stack(
+    var_dir: Path, upstream: str, port: int, database_url: str, redis_url: str, workers: int = 1
+) -> Stack:
     import psycopg
     import redis
 
@@ -220,7 +227,8 @@ def distributed_stack(var_dir: Path, upstream: str, port: int, database_url: str
     redis.Redis.from_url(redis_url).flushdb()
     env = base_env(var_dir, upstream)
     env.update(DATABASE_URL=database_url, REDIS_URL=redis_url)
-    return Stack("distributed (PostgreSQL, Redis, Celery)", env, port, var_dir, workers=1)
+    name = f"distributed (PostgreSQL, Redis, {workers} Celery worker{'s' if workers > 1 else ''})"
+    return Stack(name, env, port, var_dir, workers=workers)
 
 
 # --- reading the database behind the server -----------------------------------------------------------------
@@ -286,6 +294,7 @@ class Shared:
     deadline: float
     interval: float  # seconds between one client's requests
     names: bool
+    actions: dict[str, int] = field(default_factory=lambda: dict(ACTIONS))
     upstream_model: str = "gpt-4o"
     records: list[Record] = field(default_factory=list)
     acked: dict[str, float] = field(default_factory=dict)  # message id -> when its append was answered
@@ -326,7 +335,7 @@ class Client:
         created = self.call("conversation", "POST", "/api/v1/conversations", json={"end_user": self.user})
         self.conversation = created.json()["id"]
         self.shared.conversations.append(self.conversation)
-        actions, weights = list(ACTIONS), list(ACTIONS.values())
+        actions, weights = list(self.shared.actions), list(self.shared.actions.values())
         while time.monotonic() < self.shared.deadline:
             began = time.monotonic()
             getattr(self, self.rng.choices(actions, weights)[0])()
@@ -537,6 +546,8 @@ def run(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
         names = names_accepted(stack.url, stack.key)
         seconds = args.minutes * 60
         shared = Shared(stack.url, stack.key, time.monotonic() + seconds, args.clients / args.rate, names)
+        if args.appends_only:
+            shared.actions = {"append": 1}
         samples = Samples(started=time.monotonic())
         samples.rss.append((0.0, stack.server_rss(), stack.workers_rss()))
         stop = threading.Event()
@@ -645,6 +656,60 @@ def report(result: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+# --- embedding throughput with one and two Celery workers ---------------------------------------------------
+
+
+def ingest(stack: Stack, conversations: int, per_conversation: int) -> int:
+    """Messages appended in batches while no worker runs: their vector tasks wait on the broker."""
+    import httpx
+
+    rng = random.Random(7)
+    headers = {"Authorization": f"Bearer {stack.key}"}
+    base = f"{stack.url}/api/v1/conversations"
+    with httpx.Client(headers=headers, timeout=120) as http:
+        for _ in range(conversations):
+            conversation = http.post(base, json={}).json()["id"]
+            for start in range(0, per_conversation, 50):
+                items = [
+                    {"role": "user", "content": sentence(rng)}
+                    for _ in range(min(50, per_conversation - start))
+                ]
+                http.post(f"{base}/{conversation}/messages", json={"messages": items}).raise_for_status()
+    return conversations * per_conversation
+
+
+def drain_rate(args: argparse.Namespace, upstream: str, port: int, workers: int) -> tuple[int, float]:
+    """Vectors per second once `workers` workers start on a backlog: counted from the first vector written to
+    the last, so the workers' start (loading the model) is not in it."""
+    with tempfile.TemporaryDirectory(prefix="mnemo-soak-throughput-") as scratch:
+        stack = distributed_stack(Path(scratch), upstream, port, args.database_url, args.redis_url, 0)
+        stack.start()
+        try:
+            count = ingest(stack, args.clients, 100)
+            store = Store(stack)
+            stack.workers_start(workers)
+            deadline = time.monotonic() + 900
+            while store.backlog() and time.monotonic() < deadline:
+                time.sleep(1)
+            times = sorted(store.vector_times().values())
+        finally:
+            stack.stop()
+    return count, len(times) / (times[-1] - times[0]) if len(times) > 1 else 0.0
+
+
+def throughput_report(args: argparse.Namespace, upstream: str, port: int) -> str:
+    rows, rates = [], []
+    for workers in (1, 2):
+        log(f"throughput: {workers} worker(s)")
+        count, rate = drain_rate(args, upstream, free_port(port), workers)
+        rates.append(rate)
+        ratio = f"{rate / rates[0]:.2f}x" if rates[0] else "n/a"
+        rows.append([str(workers), str(count), f"{rate:.1f}", ratio])
+    return "## Embedding throughput, Celery workers\n\n" + render_table(
+        ["workers", "messages", "vectors/s", "vs 1 worker"], rows
+    )
+
+
 def upstream_start(port: int) -> Any:
     """The fake OpenAI-compatible upstream (tests/llm_server.py) on a port of ours."""
     from tests.llm_server import LLMServer, _Server
@@ -677,6 +742,11 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8100)
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/mnemo_soak")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/7")
+    parser.add_argument("--workers", type=int, default=1, help="Celery workers of the distributed run")
+    parser.add_argument("--appends-only", action="store_true", help="sustained ingest: single appends only")
+    parser.add_argument(
+        "--throughput", action="store_true", help="embedding throughput of 1 and 2 Celery workers, then stop"
+    )
     args = parser.parse_args()
     if args.short:
         args.minutes = 2.0
@@ -686,6 +756,10 @@ def main() -> None:
         f"{args.clients} clients, {args.rate:g} requests/s together, {args.minutes:g} min per configuration"
     ]
     print(machine_header("bench/soak.py", *header), flush=True)
+    if args.throughput:
+        print("\n" + throughput_report(args, upstream.base_url, upstream_port + 1) + "\n", flush=True)
+        upstream.httpd.shutdown()
+        return
     for which in ["embedded", "distributed"]:
         if args.only and args.only != which:
             continue
@@ -695,7 +769,7 @@ def main() -> None:
                 stack = embedded_stack(Path(scratch), upstream.base_url, port)
             else:
                 stack = distributed_stack(
-                    Path(scratch), upstream.base_url, port, args.database_url, args.redis_url
+                    Path(scratch), upstream.base_url, port, args.database_url, args.redis_url, args.workers
                 )
             print("\n" + report(run(stack, args)) + "\n", flush=True)
     upstream.httpd.shutdown()
