@@ -559,12 +559,14 @@ def run(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
         for thread in clients:
             thread.join()
         log(f"{stack.name}: load stopped after {time.monotonic() - samples.started:.0f} s; draining")
+        load_average = os.getloadavg()[1]  # the machine's, other users' work included
         samples.rss.append((time.monotonic() - samples.started, stack.server_rss(), stack.workers_rss()))
         stop.set()
         drained = drain(stack, store, samples)
         return {
             "stack": stack,
             "seconds": seconds,
+            "load_average": load_average,
             "shared": shared,
             "samples": samples,
             "drained": drained,
@@ -639,6 +641,7 @@ def summary(result: dict[str, Any]) -> list[list[str]]:
         ["memory agent caught up", result["agent"]],
         ["context p50 / p99 (all budgets)", context_ms],
         ["server RSS start / warm / end", f"{start:.0f} / {at_warm:.0f} / {end:.0f} MB ({growth:+.1f} %)"],
+        ["machine load average (5 min) at the end of the load", f"{result['load_average']:.1f}"],
         ["Celery workers RSS start / end", f"{samples.rss[0][2]:.0f} / {samples.rss[-1][2]:.0f} MB"],
     ]
 
@@ -704,9 +707,9 @@ def throughput_report(args: argparse.Namespace, upstream: str, port: int) -> str
         count, rate = drain_rate(args, upstream, free_port(port), workers)
         rates.append(rate)
         ratio = f"{rate / rates[0]:.2f}x" if rates[0] else "n/a"
-        rows.append([str(workers), str(count), f"{rate:.1f}", ratio])
+        rows.append([str(workers), str(count), f"{rate:.1f}", ratio, f"{os.getloadavg()[0]:.1f}"])
     return "## Embedding throughput, Celery workers\n\n" + render_table(
-        ["workers", "messages", "vectors/s", "vs 1 worker"], rows
+        ["workers", "messages", "vectors/s", "vs 1 worker", "load average after"], rows
     )
 
 
