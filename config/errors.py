@@ -63,6 +63,17 @@ def unhandled_log(request: HttpRequest, exc: BaseException) -> None:
     )
 
 
+class RequestIdInLog(logging.Filter):
+    """Django's own request log lines ("Internal Server Error: /api/…", with the traceback when a failure
+    escaped every handler) name the request id the client got, so one search finds both."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        request_id = getattr(getattr(record, "request", None), "request_id", None)
+        if request_id and isinstance(record.msg, str) and "request_id=" not in record.msg:
+            record.msg = f"{record.msg} (request_id={request_id})"
+        return True
+
+
 def _is_json(response: HttpResponseBase) -> bool:
     return response.get("Content-Type", "").startswith("application/json")
 

@@ -567,9 +567,16 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     # API keys in a logged URL (a socket's ?api_key=) or header are masked (config/log_redaction.py).
-    "filters": {"redact_secrets": {"()": "config.log_redaction.RedactSecrets"}},
+    "filters": {
+        "redact_secrets": {"()": "config.log_redaction.RedactSecrets"},
+        "request_id": {"()": "config.errors.RequestIdInLog"},
+    },
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact_secrets"]}
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["redact_secrets", "request_id"],
+        }
     },
     "root": {"handlers": ["console"], "level": env_str("MNEMO_LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},

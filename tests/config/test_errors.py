@@ -127,3 +127,15 @@ def test_an_unknown_proxy_url_is_a_json_404(debug):
 
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
+
+
+def test_djangos_own_request_log_line_names_the_request_id(owner):
+    from config.errors import RequestIdInLog
+
+    response = owner.client.get("/api/v1/no-such-thing")
+    request = type("Request", (), {"request_id": response["X-Request-Id"]})()
+    record = logging.LogRecord("django.request", logging.WARNING, __file__, 1, "Not Found: %s", ("/x",), None)
+    record.request = request
+
+    assert RequestIdInLog().filter(record)
+    assert record.getMessage() == f"Not Found: /x (request_id={response['X-Request-Id']})"

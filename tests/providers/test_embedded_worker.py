@@ -246,6 +246,30 @@ def test_the_embedded_server_embeds_appended_messages_in_its_worker_process(embe
         time.sleep(0.2)
 
 
+def test_appends_racing_the_running_fill_all_get_vectors_without_the_sweep(embedded_server):
+    # One append at a time while the worker process fills: each append lands before, during or after a
+    # run's reads, and the last one must still be embedded by a run of its own, with no sweep (the embedded
+    # beat is off) and no context call to find it. Whether a given run meets the unlucky interleaving is up
+    # to the scheduler; test_a_request_while_a_run_reads_queues_the_next_run forces it.
+    _server, url, key = embedded_server
+    conversation = _call(f"{url}/api/v1/conversations", key, "POST", {"end_user": "alice"})["id"]
+    for n in range(60):
+        text = f"Build {n} of the ledger passed its checks at 10:{n % 60:02d} on runner {n * 7 % 13}."
+        _call(
+            f"{url}/api/v1/conversations/{conversation}/messages",
+            key,
+            "POST",
+            {"role": "user", "content": text},
+        )
+
+    deadline = time.monotonic() + 60
+    while (index := _call(f"{url}/api/v1/conversations/{conversation}", key)["retrieval_index"])[
+        "embedded"
+    ] < 60:
+        assert time.monotonic() < deadline, index
+        time.sleep(0.5)
+
+
 def test_a_worker_that_cannot_start_is_logged_not_raised(worker, monkeypatch, caplog):
     from providers import embedded_worker
 
