@@ -14,8 +14,9 @@ from django.core.exceptions import (
     TooManyFieldsSent,
     TooManyFilesSent,
 )
-from django.http import Http404
+from django.http import Http404, HttpRequest
 from rest_framework import exceptions, status
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 
@@ -47,15 +48,15 @@ REQUEST_ID_HEADER = "X-Request-Id"
 _CLIENT_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
-def request_id_assign(request: Any) -> str:
+def request_id_assign(request: HttpRequest | Request) -> str:
     """The request's id: the caller's X-Request-Id when well-formed, else a new one; kept on the request."""
-    request = getattr(request, "_request", request)  # DRF's Request: the id lives on Django's
-    existing = getattr(request, "request_id", None)
+    django_request = getattr(request, "_request", request)  # DRF's Request: the id lives on Django's
+    existing = getattr(django_request, "request_id", None)
     if existing:
         return str(existing)
-    offered = request.headers.get(REQUEST_ID_HEADER, "")
+    offered = django_request.headers.get(REQUEST_ID_HEADER, "")
     request_id = offered if _CLIENT_REQUEST_ID.fullmatch(offered) else f"req_{uuid.uuid4().hex}"
-    request.request_id = request_id
+    django_request.request_id = request_id
     return request_id
 
 

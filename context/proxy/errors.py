@@ -4,7 +4,7 @@ Anthropic's {"type": "error", "error": {type, message}}, with Mnemo's machine-re
 import json
 from typing import Any
 
-from django.http import JsonResponse
+from django.http import HttpRequest, JsonResponse
 
 _OPENAI_TYPES = {
     400: "invalid_request_error",
@@ -63,7 +63,7 @@ def error_payload(exc: ProxyError, fmt: str, *, request_id: str | None = None) -
     return {"error": error}
 
 
-def proxy_format(request: Any) -> str:
+def proxy_format(request: HttpRequest) -> str:
     """The SDK a /v1/ request speaks, for an error raised before its view knew: Anthropic's for /v1/messages
     and for a request that sends anthropic-version, OpenAI's otherwise."""
     if request.path.rstrip("/").endswith("/messages") or request.headers.get("anthropic-version"):
