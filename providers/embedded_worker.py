@@ -4,8 +4,9 @@ first use: `python -m providers.embedded_worker`. Their Python work then never h
 GIL; on a thread of the server it made every request of that moment about four times slower (a busy Python
 thread beside in-process context calls on a BEAM-128K conversation: p50 19.6 -> 78.8 ms, p95 23.5 -> 145.9).
 
-The protocol is JSON lines. Down the child's stdin: {"n": number, "task": name, "args": [...]}. Up its
-stdout: {"done": number} when a task (and what it queued in turn) has run, and {"kind", "payload"} for what
+The protocol is JSON lines. Down the child's stdin, one task at a time (the next once the last is done):
+{"n": number, "task": name, "args": [...]}. Up its stdout: {"started": number} as a task begins (read and
+ignored), {"done": number} when a task (and what it queued in turn) has run, and {"kind", "payload"} for what
 only the serving process can do (providers.background.server_notify: an event for its sockets, a retrieval
 index to bring up to date). The child exits when its stdin closes, that is with the server; a child that
 died is started again by the next task, and what it held is found again by the periodic sweeps."""
