@@ -682,13 +682,14 @@ def ingest(stack: Stack, conversations: int, per_conversation: int) -> int:
 
 
 def drain_rate(args: argparse.Namespace, upstream: str, port: int, workers: int) -> tuple[int, float]:
-    """Vectors per second once `workers` workers start on a backlog: counted from the first vector written to
-    the last, so the workers' start (loading the model) is not in it."""
+    """Vectors per second once `workers` workers start on a backlog, counted from the tenth percentile of the
+    vectors' write times to the last: the workers start one after another (each loads the model on its first
+    task), and the first tenth is written before the last of them has begun."""
     with tempfile.TemporaryDirectory(prefix="mnemo-soak-throughput-") as scratch:
         stack = distributed_stack(Path(scratch), upstream, port, args.database_url, args.redis_url, 0)
         stack.start()
         try:
-            count = ingest(stack, args.clients, 100)
+            count = ingest(stack, args.clients, 300)
             store = Store(stack)
             stack.workers_start(workers)
             deadline = time.monotonic() + 900
@@ -697,7 +698,8 @@ def drain_rate(args: argparse.Namespace, upstream: str, port: int, workers: int)
             times = sorted(store.vector_times().values())
         finally:
             stack.stop()
-    return count, len(times) / (times[-1] - times[0]) if len(times) > 1 else 0.0
+    first = len(times) // 10
+    return count, (len(times) - first) / (times[-1] - times[first]) if len(times) > first + 1 else 0.0
 
 
 def throughput_report(args: argparse.Namespace, upstream: str, port: int) -> str:
