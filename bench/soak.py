@@ -759,6 +759,8 @@ def main() -> None:
     upstream = upstream_start(upstream_port)
     header = [
         f"{args.clients} clients, {args.rate:g} requests/s together, {args.minutes:g} min per configuration"
+        if not args.throughput
+        else f"{args.clients} conversations of 300 messages appended, then 1 or 2 Celery workers started"
     ]
     print(machine_header("bench/soak.py", *header), flush=True)
     if args.throughput:
