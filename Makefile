@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run install migrate demo serve test test-services test-browser lint schema-check format bench clean \
 	bench-append bench-prefix-cache bench-context-latency bench-compaction bench-visual bench-recall \
-	bench-embedding bench-quality bench-proxy bench-knowledge bench-events
+	bench-embedding bench-quality bench-proxy bench-knowledge bench-events bench-soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -98,6 +98,14 @@ bench-knowledge: install
 # What an append pays to publish its event: the private publisher loop against the plain call, in memory and Redis.
 bench-events: install
 	$(BIN)/python bench/events.py
+
+# Sustained mixed load on a real server, embedded (SQLite) then distributed (PostgreSQL, Redis, Celery): statuses,
+# latencies, lost messages, seq gaps, embedding lag and backlog, memory. SOAK_ARGS="--short" runs 2 minutes each;
+# the distributed run drops and creates SOAK_DATABASE_URL's database.
+SOAK_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/mnemo_soak
+SOAK_REDIS_URL ?= redis://127.0.0.1:6379/7
+bench-soak: install
+	$(BIN)/python bench/soak.py --database-url $(SOAK_DATABASE_URL) --redis-url $(SOAK_REDIS_URL) $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) var

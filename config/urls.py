@@ -1,13 +1,13 @@
 """Root URLs: the versioned API, its schema and docs, the admin, and the operations endpoints."""
 
 from django.contrib import admin
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
 from django.views.defaults import page_not_found
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 
-from config import ops, schema  # noqa: F401  (schema registers the OpenAPI extensions)
+from config import errors, ops, schema  # noqa: F401  (schema registers the OpenAPI extensions)
 
 # The schema and its viewer are public: they describe the API, they expose no tenant data.
 _public = {"authentication_classes": [], "permission_classes": [AllowAny]}
@@ -34,7 +34,10 @@ urlpatterns = [
 def handler404(request: HttpRequest, exception: Exception) -> HttpResponse:
     """An unknown URL under /api/ (or the proxy's /v1/) answers in the API's error shape; elsewhere Django's
     page."""
-    if request.path.startswith(("/api/", "/v1/")):
-        body = {"error": {"code": "not_found", "message": "No such endpoint.", "extra": {}}}
-        return JsonResponse(body, status=404)
+    if errors.is_api(request):
+        return errors.api_error(request, 404)
     return page_not_found(request, exception)
+
+
+handler400 = errors.handler400
+handler500 = errors.handler500

@@ -12,14 +12,13 @@ import uuid
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
 from django.db import transaction
 from django.db.models import CharField, Exists, Min, OuterRef
 from django.db.models.functions import Cast
 
 from conversations.models import Conversation, Message, MessageVector
 from conversations.signals import vectors_written
-from providers.background import task_send
+from providers.background import task_queue_once
 from providers.embeddings import embedder_status, to_bytes
 from providers.passages import passage_spans
 
@@ -188,12 +187,14 @@ def message_vectors_request(*, conversation_id: Any) -> None:
     run is queued, later appends are left to it (one cache operation each, not a task message each)."""
     if not settings.MNEMO_EMBED_ON_APPEND or embedder_status().embedder is None:
         return
-    if cache.add(vectors_queued_key(conversation_id), 1, timeout=QUEUED_MARK_SECONDS):
-        from conversations.tasks import message_vectors_conversation
+    from conversations.tasks import message_vectors_conversation
 
-        if not task_send(message_vectors_conversation, str(conversation_id)):
-            # The broker is down (logged): the next append or the periodic sweep queues it again.
-            cache.delete(vectors_queued_key(conversation_id))
+    task_queue_once(
+        message_vectors_conversation,
+        str(conversation_id),
+        mark=vectors_queued_key(conversation_id),
+        mark_seconds=QUEUED_MARK_SECONDS,
+    )
 
 
 def vectors_queued_key(conversation_id: Any) -> str:

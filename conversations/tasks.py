@@ -9,10 +9,10 @@ from celery import shared_task
 def message_vectors_conversation(conversation_id: str) -> int:
     """Embed whatever the conversation's messages still lack (idempotent: a rerun finds nothing to do)."""
     from conversations.embedding import message_vectors_fill, vectors_queued_key
-    from providers.background import queued_mark_clear
+    from providers.background import task_started
 
     # Messages appended from now on queue a run of their own.
-    queued_mark_clear(vectors_queued_key(conversation_id))
+    task_started(vectors_queued_key(conversation_id))
     return message_vectors_fill(conversation_id=conversation_id)
 
 

@@ -6,6 +6,7 @@ Export → import → export gives the same bytes except for the ids the import 
 `id` and every `uuid`/`parentUuid`. Token counts are recomputed on import, never trusted from the file."""
 
 import json
+import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from django.utils.dateparse import parse_datetime
 from rest_framework.exceptions import ValidationError
 
 from cold_storage.selectors import images_by_id
+from conversations.embedding import message_vectors_request
 from conversations.models import Conversation, Message, Turn
 from conversations.parts import iter_image_parts, parts_validate
 from conversations.services import (
@@ -26,10 +28,13 @@ from conversations.services import (
     message_time_check,
     message_token_count,
 )
+from conversations.signals import exchange_completed
 from tenants.errors import ApplicationError
 from tenants.models import Tenant
 from tenants.services import end_user_get_or_create
 from tenants.validation import HostileInput, json_loads
+
+logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 EXPORT_PAGE = 500
@@ -222,7 +227,20 @@ def transcript_import(*, tenant: Tenant, data: bytes, max_message_bytes: int) ->
         )
         turn_ids = _turns_create(conversation, turns, turn_times)
         _messages_create(conversation, rows, turn_ids, model=model)
+        _background_request(conversation, rows)
     return conversation
+
+
+def _background_request(conversation: Conversation, rows: list[dict[str, Any]]) -> None:
+    """What an append queues, queued for the imported history too: its vectors, and the memory agent when
+    it holds a completed exchange. Otherwise a client waiting on retrieval_index or the agent's `pending`
+    (the documented way after an import) waited for the periodic sweeps."""
+    conversation_id = conversation.pk
+    transaction.on_commit(lambda: message_vectors_request(conversation_id=conversation_id), robust=True)
+    if any(row["role"] == Message.Role.ASSISTANT and row["completed"] for row in rows):
+        for receiver, error in exchange_completed.send_robust(sender=Message, conversation=conversation):
+            if error is not None:  # as on append: the import stands, the sweeps retry the reaction
+                logger.error("exchange_completed receiver %r failed", receiver, exc_info=error)
 
 
 def _header_take(lines: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:

@@ -47,7 +47,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
@@ -57,7 +56,7 @@ from memory.facts import fact_signature, looks_secret, specific_values, strip_le
 from memory.models import DEFAULT_CHAR_LIMIT, Actor, ArchivalMemory, CoreMemoryBlock, MemoryAgentCursor
 from memory.selectors import label_order
 from memory.services import core_memory_write
-from providers.background import task_send
+from providers.background import task_queue_once
 from providers.degradations import degradation_count
 from providers.llm import LLMConfig, LLMError, LLMReply, ToolCall, chat_tools, llm_config
 from providers.text import CODE_FENCE, prose_sentences, without_end_mark, wordset
@@ -1342,15 +1341,19 @@ def memory_agent_request(*, conversation: Conversation) -> bool:
     if conversation.end_user_id is None:
         return False
     delay = settings.MNEMO_MEMORY_AGENT_DELAY_SECONDS
-    # The mark outlives the countdown so a slow queue does not pile up runs; a lost run is replaced once
-    # it expires.
-    if not cache.add(memory_agent_queued_key(conversation.pk), 1, timeout=delay + 300):
-        return False
     from memory.tasks import memory_agent_conversation
 
     conversation_id = str(conversation.id)
+    # The mark outlives the countdown so a slow queue does not pile up runs; a lost run is replaced once
+    # it expires.
     transaction.on_commit(
-        lambda: task_send(memory_agent_conversation, conversation_id, countdown=delay or None),
+        lambda: task_queue_once(
+            memory_agent_conversation,
+            conversation_id,
+            mark=memory_agent_queued_key(conversation_id),
+            mark_seconds=delay + 300,
+            countdown=delay or None,
+        ),
         robust=True,
     )
     return True

@@ -37,10 +37,10 @@ def memory_agent_conversation(conversation_id: str) -> int:
     """Run the memory agent over the completed exchanges of one conversation (idempotent by its cursor)."""
     from conversations.models import Conversation
     from memory.agent import memory_agent_queued_key, memory_agent_run
-    from providers.background import queued_mark_clear
+    from providers.background import task_started
 
     # Exchanges completed from now on queue a run of their own (memory_agent_request).
-    queued_mark_clear(memory_agent_queued_key(conversation_id))
+    task_started(memory_agent_queued_key(conversation_id))
 
     conversation = Conversation.objects.filter(pk=conversation_id).select_related("end_user").first()
     if conversation is None:

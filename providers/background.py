@@ -2,8 +2,8 @@
 (eager Celery, no broker) eager tasks would run inside the request that queued them, so they run elsewhere
 (MNEMO_EAGER_TASKS_IN_THREAD; tests turn it off to run them inline): in a worker process of the server's own
 (providers.embedded_worker; MNEMO_EMBEDDED_WORKER "process", the default) or on one thread of this process
-("thread"). A task queued again while it waits runs once. A broker that does not answer is logged, never a
-request error."""
+("thread"). A task queued again while it waits runs once; task_queue_once spares the queue a message per
+request. A broker that does not answer is logged, never a request error."""
 
 import logging
 import os
@@ -126,25 +126,6 @@ def server_notify(kind: str, payload: object) -> bool:
     return True
 
 
-def queued_mark_clear(key: str) -> None:
-    """A task clears the cache mark that stopped further requests from queueing it (they queue a run of their
-    own from now on); run in the embedded worker process, in the serving process's cache too, since the
-    requests are there."""
-    from django.core.cache import cache
-
-    cache.delete(key)
-    server_notify("queued_mark_clear", key)
-
-
-def _mark_clear_from_worker(key: str) -> None:
-    from django.core.cache import cache
-
-    cache.delete(key)
-
-
-server_handler("queued_mark_clear", _mark_clear_from_worker)
-
-
 def _from_worker(message: dict[str, Any]) -> None:
     handler = _handlers.get(message.get("kind", ""))
     if handler is None:
@@ -171,7 +152,7 @@ def task_send(task: Task, *args: Any, countdown: float | None = None) -> bool:
     is found again by the periodic sweeps (summaries' compaction catch-up, conversations' vector sweep).
     Returns whether the task was queued."""
     global _broker_down_until
-    if settings.CELERY_TASK_ALWAYS_EAGER and settings.MNEMO_EAGER_TASKS_IN_THREAD:
+    if _embedded():
         return _embedded_submit(task, args)
     if settings.CELERY_TASK_ALWAYS_EAGER:
         task.apply_async(args, countdown=countdown)  # eager (tests): runs now, its errors propagate
@@ -187,6 +168,41 @@ def task_send(task: Task, *args: Any, countdown: float | None = None) -> bool:
         logger.warning("could not queue %s%r: %s", task.name, args, exc)
         return False
     return True
+
+
+def _embedded() -> bool:
+    return bool(settings.CELERY_TASK_ALWAYS_EAGER and settings.MNEMO_EAGER_TASKS_IN_THREAD)
+
+
+def task_queue_once(
+    task: Task, *args: Any, mark: str, mark_seconds: int, countdown: float | None = None
+) -> bool:
+    """Queue a run of `task(*args)` unless one is queued and has not started: requests in a burst share one
+    run. The run calls task_started(mark) before it reads anything, so every request is served by a run that
+    starts after it, whatever the interleaving. Returns whether a run is queued (now or already).
+
+    In the embedded mode the server's own queue keeps each waiting task once and lets go of it as a runner
+    takes it, in the process that queues; a cache mark would live in the serving process's memory while the
+    run that must clear it is in the worker process, and a request between the run's first read and the
+    clear reaching the server was lost. With a broker the mark is in the shared cache (Redis), one cache
+    operation per request instead of a task message; it expires so that a lost run is replaced."""
+    if _embedded():
+        return _embedded_submit(task, args)
+    from django.core.cache import cache
+
+    if not cache.add(mark, 1, timeout=mark_seconds):
+        return True
+    if not task_send(task, *args, countdown=countdown):
+        cache.delete(mark)  # the broker is down (logged): the next request or the periodic sweep retries
+        return False
+    return True
+
+
+def task_started(mark: str) -> None:
+    """Called by a run of task_queue_once before it reads its work: requests from now on queue the next."""
+    from django.core.cache import cache
+
+    cache.delete(mark)
 
 
 def background_join() -> None:

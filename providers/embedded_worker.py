@@ -4,8 +4,9 @@ first use: `python -m providers.embedded_worker`. Their Python work then never h
 GIL; on a thread of the server it made every request of that moment about four times slower (a busy Python
 thread beside in-process context calls on a BEAM-128K conversation: p50 19.6 -> 78.8 ms, p95 23.5 -> 145.9).
 
-The protocol is JSON lines. Down the child's stdin: {"n": number, "task": name, "args": [...]}. Up its
-stdout: {"done": number} when a task (and what it queued in turn) has run, and {"kind", "payload"} for what
+The protocol is JSON lines. Down the child's stdin, one task at a time (the next once the last is done):
+{"n": number, "task": name, "args": [...]}. Up its stdout: {"started": number} as a task begins (read and
+ignored), {"done": number} when a task (and what it queued in turn) has run, and {"kind", "payload"} for what
 only the serving process can do (providers.background.server_notify: an event for its sockets, a retrieval
 index to bring up to date). The child exits when its stdin closes, that is with the server; a child that
 died is started again by the next task, and what it held is found again by the periodic sweeps."""
@@ -16,6 +17,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -32,35 +34,52 @@ class EmbeddedWorker:
         self._on_message = on_message
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        self._waiting: dict[int, tuple[str, tuple[Any, ...]]] = {}  # queued, not started: number -> key
-        self._pending: dict[int, subprocess.Popen[str]] = {}  # queued, not done: number -> its child
+        # Tasks wait here, in the serving process, until the child is free: a task leaves `_waiting` when it
+        # is handed over, before the child can read anything, so a request that arrives after that always
+        # queues a run of its own. (Deduplicating against lines already in the child's pipe lost wake-ups:
+        # the child could be reading the database while the server still counted its task as waiting.)
+        self._backlog: deque[tuple[int, str, tuple[Any, ...]]] = deque()
+        self._waiting: set[tuple[str, tuple[Any, ...]]] = set()
+        self._current: tuple[int, subprocess.Popen[str]] | None = None  # handed to the child, not done
         self._number = 0
         self._process: subprocess.Popen[str] | None = None
 
     def submit(self, task: Any, args: tuple[Any, ...]) -> None:
-        """Queue the task (once while the same task and arguments wait)."""
+        """Queue the task (once while the same task and arguments wait). Raises OSError when no child can
+        be started."""
         key = (task.name, args)
         with self._lock:
-            if key in self._waiting.values():
+            if key in self._waiting:
                 return
-            process = self._running()
+            self._running()  # a child that cannot start is the caller's error, not the reader's
             self._number += 1
-            line = json.dumps({"n": self._number, "task": task.name, "args": list(args)}, default=str)
-            try:
-                assert process.stdin is not None
-                process.stdin.write(line + "\n")
-                process.stdin.flush()
-            except OSError as exc:  # it died meanwhile: the reader forgets what it held
-                logger.warning("the embedded worker did not take %s: %s", task.name, exc)
-                return
-            self._waiting[self._number] = key
-            self._pending[self._number] = process
+            self._backlog.append((self._number, task.name, args))
+            self._waiting.add(key)
+            self._dispatch()
 
     def join(self) -> None:
         """Wait until everything queued so far has run (or the child died)."""
         with self._lock:
-            while self._pending:
+            while self._backlog or self._current is not None:
                 self._idle.wait()
+
+    def _dispatch(self) -> None:
+        """Hand the next waiting task to the child when it has none (the lock is held)."""
+        while self._current is None and self._backlog:
+            number, name, args = self._backlog.popleft()
+            self._waiting.discard((name, args))
+            try:
+                process = self._running()
+                assert process.stdin is not None
+                process.stdin.write(json.dumps({"n": number, "task": name, "args": list(args)}, default=str))
+                process.stdin.write("\n")
+                process.stdin.flush()
+            except OSError as exc:  # it died meanwhile, or cannot start: the sweeps find the work again
+                logger.warning("the embedded worker did not take %s: %s", name, exc)
+                continue
+            self._current = (number, process)
+        if self._current is None and not self._backlog:
+            self._idle.notify_all()
 
     def stop(self) -> None:
         with self._lock:
@@ -98,31 +117,26 @@ class EmbeddedWorker:
                 logger.warning("embedded worker said something unreadable: %.200s", line)
                 continue
             if "started" in message:
-                self._started(message["started"])
-            elif "done" in message:
+                continue
+            if "done" in message:
                 self._done(message["done"])
             else:
                 self._on_message(message)
-        with self._lock:  # what this child held is lost (a new child may hold tasks of its own already)
+        with self._lock:  # what this child held, and what waited for it, is lost (the sweeps find it again)
             if self._process is process:
                 self._process = None
-            for number in [n for n, holder in self._pending.items() if holder is process]:
-                self._waiting.pop(number, None)
-                del self._pending[number]
+            if self._current is not None and self._current[1] is process:
+                self._current = None
+            self._backlog.clear()
+            self._waiting.clear()
             self._idle.notify_all()
         logger.warning("the embedded worker exited (status %s)", process.wait())
 
-    def _started(self, number: int) -> None:
-        # From now on the same task and arguments are queued again (as a request arriving during a run must).
-        with self._lock:
-            self._waiting.pop(number, None)
-
     def _done(self, number: int) -> None:
         with self._lock:
-            self._waiting.pop(number, None)
-            self._pending.pop(number, None)
-            if not self._pending:
-                self._idle.notify_all()
+            if self._current is not None and self._current[0] == number:
+                self._current = None
+            self._dispatch()
 
 
 def protocol_sender(protocol: TextIO) -> Callable[[dict[str, Any]], None]:

@@ -1,7 +1,9 @@
 """The one application error type and the DRF handler that renders every error as
-{"error": {"code", "message", "extra"}}."""
+{"error": {"code", "message", "extra", "request_id"}}; the request id every API response carries."""
 
 import logging
+import re
+import uuid
 from typing import Any
 
 from django.conf import settings
@@ -12,8 +14,9 @@ from django.core.exceptions import (
     TooManyFieldsSent,
     TooManyFilesSent,
 )
-from django.http import Http404
+from django.http import Http404, HttpRequest
 from rest_framework import exceptions, status
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 
@@ -37,6 +40,24 @@ class ApplicationError(Exception):
 
 def error_body(code: str, message: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "extra": extra or {}}}
+
+
+REQUEST_ID_HEADER = "X-Request-Id"
+# A gateway's own id is kept when it looks like one, so its logs and ours name the same request; anything
+# else (too long, control characters) is replaced rather than written into our logs and headers.
+_CLIENT_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def request_id_assign(request: HttpRequest | Request) -> str:
+    """The request's id: the caller's X-Request-Id when well-formed, else a new one; kept on the request."""
+    django_request = getattr(request, "_request", request)  # DRF's Request: the id lives on Django's
+    existing = getattr(django_request, "request_id", None)
+    if existing:
+        return str(existing)
+    offered = django_request.headers.get(REQUEST_ID_HEADER, "")
+    request_id = offered if _CLIENT_REQUEST_ID.fullmatch(offered) else f"req_{uuid.uuid4().hex}"
+    django_request.request_id = request_id
+    return request_id
 
 
 def _detail_with_codes(detail: Any) -> Any:
@@ -94,6 +115,14 @@ def _suspicious(exc: SuspiciousOperation) -> Response:
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    response = _handled(exc)
+    request = context.get("request")
+    if response is not None and request is not None and isinstance(response.data, dict):
+        response.data["error"]["request_id"] = request_id_assign(request)
+    return response
+
+
+def _handled(exc: Exception) -> Response | None:
     if isinstance(exc, ApplicationError):
         return Response(error_body(exc.code, exc.message, exc.extra), status=exc.status_code)
     if isinstance(exc, Http404):

@@ -71,6 +71,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First, so request latency (GET /metrics) includes the rest of the chain.
     "config.ops.RequestMetricsMiddleware",
+    # Next, so that whatever fails below it under /api/ answers in JSON with the request id.
+    "config.errors.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -107,38 +109,58 @@ TEMPLATES = [
 
 # --- Database -------------------------------------------------------------------------------------------
 
-DATABASE_URL = env_str("DATABASE_URL")
-if DATABASE_URL:
-    DATABASES = {"default": env.db_url_config(DATABASE_URL)}
-    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-        # Requests, Celery tasks and socket handlers run on threads of their own; psycopg's pool gives them
-        # connection reuse without a persistent connection per thread.
-        DATABASES["default"]["CONN_MAX_AGE"] = 0
-        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-            "min_size": env_int("MNEMO_DB_POOL_MIN", 2, minimum=1),
-            "max_size": env_int("MNEMO_DB_POOL_MAX", 20, minimum=1),
-            "timeout": 10,
-        }
-        if env_bool("MNEMO_DB_PREPARED_STATEMENTS", True):
-            # Parameters bound on the server, and a statement run twice on a connection is prepared: the
-            # hot statements (an append's lock, insert and lookups) are parsed and planned once per pooled
-            # connection instead of once per request. Set false behind a pooler that cannot carry prepared
-            # statements (PgBouncer in transaction mode before 1.21).
-            DATABASES["default"]["OPTIONS"].update(server_side_binding=True, prepare_threshold=2)
-else:
-    DATABASES = {
-        "default": {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "db.sqlite3",
-            "OPTIONS": {
-                # IMMEDIATE takes the write lock when a transaction starts, so the read-then-write of a
-                # sequence number cannot interleave with another writer; WAL lets readers go on meanwhile.
-                "transaction_mode": "IMMEDIATE",
-                "timeout": 20,
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-            },
-        }
+
+def _sqlite(name: str | Path) -> dict:
+    """The one SQLite configuration, whether the file is the default one under var/ or DATABASE_URL names it:
+    without these options concurrent writers fail with "database is locked" instead of waiting their turn."""
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": name,
+        "OPTIONS": {
+            # IMMEDIATE takes the write lock when a transaction starts, so the read-then-write of a sequence
+            # number cannot interleave with another writer (a deferred transaction that must upgrade its lock
+            # fails at once); WAL lets readers go on meanwhile; the timeout is how long a writer waits.
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
     }
+
+
+def _postgresql(config: dict) -> dict:
+    # Requests, Celery tasks and socket handlers run on threads of their own; psycopg's pool gives them
+    # connection reuse without a persistent connection per thread.
+    config["CONN_MAX_AGE"] = 0
+    config.setdefault("OPTIONS", {})["pool"] = {
+        "min_size": env_int("MNEMO_DB_POOL_MIN", 2, minimum=1),
+        "max_size": env_int("MNEMO_DB_POOL_MAX", 20, minimum=1),
+        "timeout": 10,
+    }
+    if env_bool("MNEMO_DB_PREPARED_STATEMENTS", True):
+        # Parameters bound on the server, and a statement run twice on a connection is prepared: the hot
+        # statements (an append's lock, insert and lookups) are parsed and planned once per pooled connection
+        # instead of once per request. Set false behind a pooler that cannot carry prepared statements
+        # (PgBouncer in transaction mode before 1.21).
+        config["OPTIONS"].update(server_side_binding=True, prepare_threshold=2)
+    return config
+
+
+def _database(url: str) -> dict:
+    if not url:
+        return _sqlite(VAR_DIR / "db.sqlite3")
+    config = env.db_url_config(url)
+    if config["ENGINE"] == "django.db.backends.postgresql":
+        return _postgresql(config)
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        return _sqlite(config["NAME"])
+    raise ImproperlyConfigured(
+        f"DATABASE_URL names {config['ENGINE']}: Mnemo runs on PostgreSQL (postgres://…) or SQLite "
+        "(sqlite:////absolute/path/db.sqlite3, or leave DATABASE_URL unset for var/db.sqlite3)."
+    )
+
+
+DATABASE_URL = env_str("DATABASE_URL")
+DATABASES = {"default": _database(DATABASE_URL)}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -545,9 +567,16 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     # API keys in a logged URL (a socket's ?api_key=) or header are masked (config/log_redaction.py).
-    "filters": {"redact_secrets": {"()": "config.log_redaction.RedactSecrets"}},
+    "filters": {
+        "redact_secrets": {"()": "config.log_redaction.RedactSecrets"},
+        "request_id": {"()": "config.errors.RequestIdInLog"},
+    },
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact_secrets"]}
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["redact_secrets", "request_id"],
+        }
     },
     "root": {"handlers": ["console"], "level": env_str("MNEMO_LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},

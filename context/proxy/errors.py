@@ -4,7 +4,7 @@ Anthropic's {"type": "error", "error": {type, message}}, with Mnemo's machine-re
 import json
 from typing import Any
 
-from django.http import JsonResponse
+from django.http import HttpRequest, JsonResponse
 
 _OPENAI_TYPES = {
     400: "invalid_request_error",
@@ -47,12 +47,28 @@ class ProxyError(Exception):
         self.headers = headers or {}
 
 
-def error_payload(exc: ProxyError, fmt: str) -> dict[str, Any]:
+def error_payload(exc: ProxyError, fmt: str, *, request_id: str | None = None) -> dict[str, Any]:
+    """With a request id (a failure logged under it) the body names it: at the top level for Anthropic, as
+    its API does, and inside the error object for OpenAI."""
     if fmt == "anthropic":
         kind = _ANTHROPIC_TYPES.get(exc.status, "api_error")
-        return {"type": "error", "error": {"type": kind, "message": exc.message, "code": exc.code}}
+        body = {"type": "error", "error": {"type": kind, "message": exc.message, "code": exc.code}}
+        if request_id:
+            body["request_id"] = request_id
+        return body
     kind = _OPENAI_TYPES.get(exc.status, "server_error")
-    return {"error": {"message": exc.message, "type": kind, "param": exc.param, "code": exc.code}}
+    error = {"message": exc.message, "type": kind, "param": exc.param, "code": exc.code}
+    if request_id:
+        error["request_id"] = request_id
+    return {"error": error}
+
+
+def proxy_format(request: HttpRequest) -> str:
+    """The SDK a /v1/ request speaks, for an error raised before its view knew: Anthropic's for /v1/messages
+    and for a request that sends anthropic-version, OpenAI's otherwise."""
+    if request.path.rstrip("/").endswith("/messages") or request.headers.get("anthropic-version"):
+        return "anthropic"
+    return "openai"
 
 
 def error_response(exc: ProxyError, fmt: str) -> JsonResponse:

@@ -717,4 +717,24 @@ def test_oversize_body_gets_413_and_stores_nothing(owner):
         "code": "request_too_large",
         "message": "The request body is larger than 2048 bytes.",
         "extra": {"limit_bytes": 2048},
+        "request_id": response["X-Request-Id"],
     }
+
+
+def test_an_imported_history_gets_its_vectors_and_memory_agent_without_a_sweep(
+    owner, outsider, rich, settings, local_embeddings, django_capture_on_commit_callbacks
+):
+    # Before, nothing was queued for an import: a client waiting on retrieval_index (the documented way)
+    # waited for the periodic sweep.
+    settings.MNEMO_EMBED_ON_APPEND = True
+    transcript = export(owner.client, rich.id)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = import_transcript(owner.client, transcript)
+    assert response.status_code == 201
+    imported = response.json()["id"]
+
+    index = owner.client.get(f"/api/v1/conversations/{imported}").json()["retrieval_index"]
+    assert index["embedded"] == index["messages"] > 0
+    agent = owner.client.get(f"/api/v1/conversations/{imported}/memory-agent").json()
+    assert agent["pending"] is False
+    assert outsider.client.get(f"/api/v1/conversations/{imported}").status_code == 404

@@ -31,7 +31,7 @@ def event(payload, *, epoch=0, request_id="r1"):
 def assert_error_shape(response, status, error_code):
     assert response.status_code == status, response.content[:300]
     assert response["Content-Type"].startswith("application/json")
-    assert set(response.json()["error"]) == {"code", "message", "extra"}
+    assert set(response.json()["error"]) == {"code", "message", "extra", "request_id"}
     assert code(response) == error_code
 
 
@@ -107,7 +107,7 @@ READ_ROUTES = [
 def test_an_id_no_end_user_can_have_is_a_404_on_every_users_route(owner, external_id, method, route):
     response = getattr(owner.client, method)(route.format(id=external_id))
     assert response.status_code == 404, response.content[:300]
-    assert set(response.json()["error"]) == {"code", "message", "extra"}
+    assert set(response.json()["error"]) == {"code", "message", "extra", "request_id"}
 
 
 def test_patching_a_block_of_an_impossible_end_user_is_a_404(owner):

@@ -87,7 +87,10 @@ def test_unknown_api_path_answers_in_the_error_shape(owner, settings):
     settings.DEBUG = False
     response = owner.client.get("/api/v1/nothing-here")
     assert response.status_code == 404
-    assert response.json() == {"error": {"code": "not_found", "message": "No such endpoint.", "extra": {}}}
+    request_id = response["X-Request-Id"]
+    assert response.json() == {
+        "error": {"code": "not_found", "message": "No such endpoint.", "extra": {}, "request_id": request_id}
+    }
 
 
 def test_a_cached_key_costs_no_query_and_any_change_to_it_takes_effect_at_once(

@@ -1,6 +1,7 @@
 """Tasks only the embedded worker tests queue; the worker process imports them (settings.CELERY_IMPORTS)."""
 
 import os
+from pathlib import Path
 
 from celery import shared_task
 
@@ -21,8 +22,13 @@ def publish(tenant_id: str, conversation_id: str) -> None:
     )
 
 
-@shared_task(name="tests.worker.clear_mark")
-def clear_mark(key: str) -> None:
-    from providers.background import queued_mark_clear
+@shared_task(name="tests.worker.fill")
+def fill(store: str, mark: str) -> None:
+    """A stand-in for a vector fill: it starts (clearing its mark), reads what has been appended so far (the
+    lines of a file) and records what it read. The server's test holds its reader meanwhile (test_hold)."""
+    from providers.background import server_notify, task_started
 
-    queued_mark_clear(key)
+    server_notify("test_hold", None)
+    task_started(mark)
+    seen = Path(store).read_text().count("\n")
+    Path(f"{store}.seen").write_text(str(seen))
