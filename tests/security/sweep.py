@@ -237,6 +237,8 @@ def answer(response: Any, body: bytes, sent: list[str]) -> tuple[Any, ...]:
         parsed = text
     if response.status_code < 400:
         parsed = _shape(parsed)
+    elif isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+        parsed["error"].pop("request_id", None)  # each request's own id, in every error body
     headers = sorted(k.lower() for k in response.headers if k.lower() not in _VOLATILE_HEADERS)
     return response.status_code, headers, parsed
 
