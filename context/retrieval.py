@@ -86,6 +86,7 @@ REPEAT_SHARE = 0.7
 REPEAT_MIN_TRIGRAMS = 30
 _WORD_CHARACTERS = re.compile(r"\w+")
 _NAME_WORD = re.compile(r"[^\W\d_][\w'’-]*")
+_POSSESSIVE = re.compile(r"['’]s?$")
 
 
 def focused(question: str) -> str:
@@ -111,7 +112,7 @@ def asked(question: str, participants: dict[str, str]) -> Asked:
     is named when one of the words of their name appears capitalised in the question."""
     named: set[str] = set()
     words = _NAME_WORD.findall(question)
-    capitalised = {w.rstrip("'’s").rstrip("'’") for w in words if w[:1].isupper()}
+    capitalised = {_POSSESSIVE.sub("", w) for w in words if w[:1].isupper()}
     for key, written in participants.items():
         parts = {p for p in _NAME_WORD.findall(written) if len(p) > 1}
         if parts & capitalised:
@@ -356,7 +357,7 @@ def _this_conversation(state: ContextState, index: ConversationIndex, query: str
         for item in items
         if (key := str(item.source["id"])) in partners and partners[key].message.id not in grouped
     }
-    return with_partners(items, partner_items, inline=False)
+    return with_partners(items, partner_items)
 
 
 def _best_hits(hits: list[PassageHit], *, room: int, spread: bool) -> dict[str, tuple[PassageHit, float]]:
@@ -457,10 +458,9 @@ def _runs(turns: list[IndexedMessage], index: ConversationIndex) -> list[list[In
     return runs
 
 
-def with_partners(items: list[Item], partners: dict[str, Item], *, inline: bool) -> list[Item]:
-    """The hits and their exchange partners (by the hit's message id): each right after its hit when
-    `inline` or when it is short beside its hit (SHORT_PARTNER_SHARE), the others after all the hits, in the
-    hits' order."""
+def with_partners(items: list[Item], partners: dict[str, Item]) -> list[Item]:
+    """The hits and their exchange partners (by the hit's message id): each right after its hit when it is
+    short beside its hit (SHORT_PARTNER_SHARE), the others after all the hits, in the hits' order."""
     placed: list[Item] = []
     after: list[Item] = []
     for item in items:
@@ -468,7 +468,7 @@ def with_partners(items: list[Item], partners: dict[str, Item], *, inline: bool)
         partner = partners.get(str(item.source["id"]))
         if partner is not None:
             short = partner.tokens <= SHORT_PARTNER_SHARE * item.tokens
-            (placed if inline or short else after).append(partner)
+            (placed if short else after).append(partner)
     return placed + after
 
 
@@ -602,8 +602,8 @@ def load_retrieval(state: ContextState, *, room: int) -> None:
     memories = _archival(state, index, query, expansion)
     messages, memories = stand_ins(_this_conversation(state, index, query, room=room), memories)
     sources = [by_relevance(messages, memories), others, knowledge]
-    # Each source's items come in its placing order (this conversation's by value per token, spread over
-    # sessions for a broad question, then the hits' exchange partners): kept, not re-sorted.
+    # Each source's items come in its placing order (this conversation's best first, spread over sessions
+    # for a question naming a participant, then the hits' exchange partners): kept, not re-sorted.
     ranked: list[tuple[int, int, Item]] = []
     for order, items in enumerate(sources):
         ranked += [(rank, order, item) for rank, item in enumerate(items)]

@@ -229,3 +229,15 @@ def test_an_outsider_sees_no_participants(owner, outsider, conversation, lexical
 
     assert response.status_code == 404
     assert "Priya" not in response.content.decode()
+
+
+@pytest.mark.parametrize("asked_about", ["Tomas", "Tomas's", "James", "James'"])
+def test_a_name_ending_in_s_is_recognised_with_or_without_its_possessive(asked_about):
+    from context.retrieval import asked
+
+    participants = {"tomas": "Tomas", "james": "James", "priya": "Priya"}
+
+    question = asked(f"What did {asked_about} cat eat?", participants)
+
+    assert question.names == {asked_about.split("'")[0].lower()}
+    assert asked_about.split("'")[0] not in question.lexical
