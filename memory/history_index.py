@@ -267,7 +267,6 @@ LEXICAL_WEIGHT = 1.0
 VECTOR_WEIGHT = 1.5
 # Each ranking ranks messages (their best passage), not passages: a long reply's many passages would
 # otherwise fill the fusion depth and push short messages, whoever said them, out of both rankings.
-MESSAGE_RANKING = True
 # A message ranking is read among this many times the fusion depth of best passages (a message with more
 # passages than that among them only loses places it could not have used).
 MESSAGE_RANKING_READ = 4
@@ -333,15 +332,12 @@ def _search(
         index.postings, index.vectors, terms(query), centred, len(index.passages), shift=CENTRED_SHIFT
     )
     depth = max(FUSION_DEPTH, limit)
-    if MESSAGE_RANKING:
-        owner = np.frombuffer(index.passage_message, dtype=np.int32)
-        rankings = (
-            (LEXICAL_WEIGHT, _best_of_each(lexical, owner, eligible, depth)),
-            (VECTOR_WEIGHT, _best_of_each(closeness, owner, eligible, depth)),
-        )
-        fused = _to_best_of_each(fuse(rankings, eligible, depth), owner)
-    else:
-        fused = fuse(((LEXICAL_WEIGHT, lexical), (VECTOR_WEIGHT, closeness)), eligible, depth)
+    owner = np.frombuffer(index.passage_message, dtype=np.int32)
+    rankings = (
+        (LEXICAL_WEIGHT, _best_of_each(lexical, owner, eligible, depth)),
+        (VECTOR_WEIGHT, _best_of_each(closeness, owner, eligible, depth)),
+    )
+    fused = _to_best_of_each(fuse(rankings, eligible, depth), owner)
     for mask_of, weight in preferences:
         fused[mask_of(index)] *= weight
     return [

@@ -118,27 +118,14 @@ def test_memories_are_placed_among_the_hits_by_relevance():
     assert placed == ["a3", "m1", "m2", "a2", "m3", "a1"]
 
 
-def test_partners_follow_all_the_hits_except_for_a_summary_where_each_follows_its_own():
+def test_partners_follow_all_the_hits():
     def hit(id_: str, tokens: int = 100, **source) -> Item:
         return Item(text=id_, tokens=tokens, source={"id": id_, **source}, score=0.01)
 
     hits = [hit("u1"), hit("a2"), hit("u3")]
     partners = {"u1": hit("a1", neighbour_of=1), "u3": hit("a3", neighbour_of=3)}
 
-    assert [i.source["id"] for i in with_partners(hits, partners, inline=False)] == [
-        "u1",
-        "a2",
-        "u3",
-        "a1",
-        "a3",
-    ]
-    assert [i.source["id"] for i in with_partners(hits, partners, inline=True)] == [
-        "u1",
-        "a1",
-        "a2",
-        "u3",
-        "a3",
-    ]
+    assert [i.source["id"] for i in with_partners(hits, partners)] == ["u1", "a2", "u3", "a1", "a3"]
 
 
 def test_a_partner_short_beside_its_hit_follows_it():
@@ -156,7 +143,7 @@ def test_a_partner_short_beside_its_hit_follows_it():
         "u7": hit("a8", 30, neighbour_of=7),  # a chat's turns: as long as its hit
     }
 
-    placed = [i.source["id"] for i in with_partners(hits, partners, inline=False)]
+    placed = [i.source["id"] for i in with_partners(hits, partners)]
 
     assert placed == ["a2", "u1", "u3", "a6", "u5", "u7", "a4", "a8"]
 
