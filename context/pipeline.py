@@ -288,14 +288,14 @@ def _history_messages(state: ContextState, rows: list[tuple[Any, ...]]) -> list[
     needs no date line (the first turn of an older day, or of a history spanning days, gets one)."""
     messages, day = [], timezone.now().date()
     for pk, seq, role, content, parts, tokens, is_error, completed, name, created_at in rows:
-        text = turn_text(
-            content, role=role, name=name, created_at=created_at, new_day=created_at.date() != day
-        )
+        new_day = created_at.date() != day
+        text = turn_text(content, role=role, name=name, created_at=created_at, new_day=new_day)
         if role in SPOKEN_ROLES and content:
             day = created_at.date()
-        if text != content:
-            # The stored count holds the name already (counted as the provider counts a message's name).
-            unnamed = text.replace(f"{name}: ", "", 1) if name else text
+        # The stored count holds the name already (counted as the provider counts a message's name): only
+        # the date line and the resolved dates are new tokens.
+        unnamed = turn_text(content, role=role, name="", created_at=created_at, new_day=new_day)
+        if unnamed != content:
             tokens += count_cached(unnamed, model=state.model) - count_cached(content, model=state.model)
         messages.append(HistoryMessage(str(pk), seq, role, text, _parts(parts), tokens, is_error, completed))
     return messages
