@@ -824,8 +824,8 @@ def compaction_due(conversation: Conversation) -> bool:
 def compaction_settled(conversation: Conversation) -> bool:
     """No compaction queued, running or due (readiness). One due and not queued is queued here: a history
     loaded without context calls is compacted without waiting for one, or for the catch-up sweep."""
-    state = CompactionState.objects.filter(pk=conversation.pk).values("queued_at", "running_since").first()
-    if state and (state["running_since"] is not None or state["queued_at"] is not None):
+    running = CompactionState.objects.filter(pk=conversation.pk, running_since__isnull=False).exists()
+    if running or compaction_queued(conversation):  # a stale flag (a lost task) is not waited for
         return False
     if not compaction_due(conversation):
         return True
@@ -917,8 +917,7 @@ def compaction_catch_up(*, limit: int | None = None) -> dict[str, int]:
         .order_by("-updated_at")[:limit]
     )
     for conversation in candidates:
-        cfg = compaction_config_requested(conversation)
-        if history_tokens(conversation) >= cfg.background * cfg.history_budget:
+        if compaction_due(conversation):
             queued += compaction_request(conversation=conversation, trigger="catch-up")
     rebuilt = 0
     old = timezone.now() - timedelta(minutes=5)
