@@ -1,6 +1,7 @@
 """The golden prompt test: on a fixed corpus the context call returns the same prompts, byte for byte, as the
-ones recorded in `golden/` (one file with vectors, one without). A change that moves code without meaning to change behaviour must
-keep this test green; a change that means to change what a prompt holds re-records the file on purpose:
+ones recorded in `golden/` (one file with vectors, one without). A change that moves code without meaning to
+change behaviour must keep this test green; a change that means to change what a prompt holds re-records the
+files on purpose:
 
     MNEMO_GOLDEN_RECORD=1 .venv/bin/pytest tests/context/test_golden_prompts.py
 
@@ -88,9 +89,8 @@ def _memories(owner) -> None:
     for content in ["Priya is allergic to peanuts.", "Tomas works as a carpenter in Porto."]:
         response = owner.client.post("/api/v1/users/alice/memories", {"content": content}, format="json")
         assert response.status_code == 201, response.content
-    response = owner.client.put(
-        "/api/v1/users/alice/memory/blocks/human", {"value": "Priya and Tomas are old friends."}, format="json"
-    )
+    block = {"value": "Priya and Tomas are old friends."}
+    response = owner.client.put("/api/v1/users/alice/memory/blocks/human", block, format="json")
     assert response.status_code in (200, 201), response.content
 
 
