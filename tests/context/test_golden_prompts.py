@@ -48,6 +48,34 @@ REPLIES = [
     "Send pictures please!",
     "Ugh, I know that feeling.",
 ]
+# Who came along, and a reaction, per session: every turn of the corpus is then unique, so no two hits tie
+# (ties are broken by row order, which follows random ids, and would make the recorded prompts flaky).
+COMPANIONS = [
+    "Mira",
+    "Jonas",
+    "Aiko",
+    "Bruno",
+    "Leila",
+    "Omar",
+    "Freya",
+    "Diego",
+    "Nadia",
+    "Pavel",
+    "Chloe",
+    "Ravi",
+    "Greta",
+    "Hugo",
+    "Ines",
+    "Kenji",
+    "Lucia",
+    "Mateo",
+    "Noor",
+    "Oskar",
+    "Paula",
+    "Quinn",
+    "Rosa",
+    "Sami",
+]
 QUESTIONS = [
     "When did Priya go to the pottery class?",
     "What are Tomas's hobbies?",
@@ -63,8 +91,9 @@ def _turns(session: int) -> list[tuple[str, str]]:
     turns = []
     for n in range(6):
         speaker, other = ("Priya", "Tomas") if (session + n) % 2 == 0 else ("Tomas", "Priya")
-        turns.append((speaker, TOPICS[(session * 5 + n * 7) % len(TOPICS)]))
-        turns.append((other, REPLIES[(session + n) % len(REPLIES)]))
+        topic = TOPICS[(session * 5 + n * 7) % len(TOPICS)]
+        turns.append((speaker, f"{topic} {COMPANIONS[session]} was there too."))
+        turns.append((other, f"{REPLIES[(session + n) % len(REPLIES)]} Say hi to {COMPANIONS[session]}."))
     return turns
 
 
