@@ -16,7 +16,8 @@ from django.utils.text import Truncator
 
 from memory.archival import archival_update
 from memory.models import Actor, ArchivalMemory, CoreMemoryBlock, MemoryOperation
-from memory.services import core_memory_write, operation_revert
+from memory.revert import operation_revert
+from memory.services import core_memory_write
 from tenants.admin_scoping import ALL_ROLES, AppendOnlyAdmin, TenantScopedAdmin
 from tenants.errors import ApplicationError
 
