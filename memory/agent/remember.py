@@ -15,11 +15,14 @@ from memory.facts import looks_secret
 from memory.models import DEFAULT_CHAR_LIMIT, Actor, CoreMemoryBlock
 from memory.services import core_memory_write
 from tenants.errors import ApplicationError
+from tenants.models import EndUser
 
 logger = logging.getLogger(__name__)
 
 
-def _append_core(end_user: Any, label: str, line: str, *, conversation: Conversation, trigger: str) -> bool:
+def _append_core(
+    end_user: EndUser, label: str, line: str, *, conversation: Conversation, trigger: str
+) -> bool:
     block = CoreMemoryBlock.objects.filter(end_user=end_user, label=label).first()
     if block is not None and line.lower() in block.value.lower():
         return False
@@ -52,7 +55,7 @@ def _line_tag(line: str) -> str:
 
 
 def _core_line_add(
-    end_user: Any, label: str, line: str, *, conversation: Conversation, trigger: str
+    end_user: EndUser, label: str, line: str, *, conversation: Conversation, trigger: str
 ) -> dict[str, Any] | None:
     """Append `line` to a block unless the block already says it (_line_key). When the block would pass
     its char_limit, its oldest lines give way, never the new one, and the trigger says which. Returns the
@@ -95,7 +98,7 @@ def _core_line_add(
 
 
 def _standing_store(
-    run: AgentRun, end_user: Any, conversation: Conversation, message: Message, item: Standing
+    run: AgentRun, end_user: EndUser, conversation: Conversation, message: Message, item: Standing
 ) -> None:
     """One line "#<seq> <the user's words>" in the `instructions` or `preferences` block."""
     if looks_secret(item.text):
@@ -115,7 +118,7 @@ def _standing_store(
 
 def rules_apply(
     run: AgentRun,
-    end_user: Any,
+    end_user: EndUser,
     conversation: Conversation,
     message: Message,
     embeddings: dict[str, Embedding],
@@ -147,7 +150,7 @@ def rules_embed(messages: list[Message]) -> dict[str, Embedding]:
 
 def _sentence_apply(
     run: AgentRun,
-    end_user: Any,
+    end_user: EndUser,
     conversation: Conversation,
     message: Message,
     sentence: str,

@@ -119,6 +119,7 @@ def _batch_apply(
             _plan_apply(plan, conversation=conversation, run=run)
         else:
             end_user = conversation.end_user
+            assert end_user is not None  # memory_agent_run returns early for a conversation without one
             for message in batch.messages:
                 if message.role == Message.Role.USER:
                     rules_apply(run, end_user, conversation, message, embeddings)
