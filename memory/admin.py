@@ -16,7 +16,8 @@ from django.utils.text import Truncator
 
 from memory.archival import archival_update
 from memory.models import Actor, ArchivalMemory, CoreMemoryBlock, MemoryOperation
-from memory.services import core_memory_write, operation_revert
+from memory.revert import operation_revert
+from memory.services import core_memory_write
 from tenants.admin_scoping import ALL_ROLES, AppendOnlyAdmin, TenantScopedAdmin
 from tenants.errors import ApplicationError
 
@@ -78,7 +79,7 @@ class CoreMemoryBlockAdmin(TenantScopedAdmin):
         return len(obj.value)
 
     def history_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> Any:
-        """One history for a block (#18 item 7): its operation log, which records every write (API, memory
+        """One history for a block: its operation log, which records every write (API, memory
         agent, admin, revert). Django's own log saw none of them ("no change history")."""
         block = self.get_object(request, unquote(object_id))
         if block is None:
@@ -159,7 +160,7 @@ class ArchivalMemoryForm(forms.ModelForm):
         return data
 
 
-# "Archival memorys" (#18 item 7): the admin's label, without a migration of the memory app's model options.
+# Not "Archival memorys": the admin's label, without a migration of the memory app's model options.
 ArchivalMemory._meta.verbose_name_plural = "archival memories"
 
 

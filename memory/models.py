@@ -11,7 +11,7 @@ from conversations.models import Conversation
 from tenants.models import EndUser, Tenant
 
 # Rendered first, in this order; custom labels follow alphabetically. `instructions` holds the user's standing
-# instructions, verbatim, written by the memory agent's rules (memory.agent.STANDING_PATTERNS).
+# instructions, verbatim, written by the memory agent's rules (memory.agent.standing.STANDING_PATTERNS).
 STANDARD_LABELS = ("persona", "preferences", "instructions", "profile")
 DEFAULT_CHAR_LIMIT = 2000
 

@@ -178,7 +178,8 @@ def test_every_setting_stored_bad_still_serves_the_tenant(owner):
 
 def test_background_llm_work_ignores_a_bad_endpoint(owner, conversation, settings):
     """A tenant URL that is not text was used as the endpoint (str() of whatever was stored)."""
-    from memory.agent import AgentRun, _agent_llm
+    from memory.agent import AgentRun
+    from memory.agent.llm import agent_llm
     from summaries.conf import compaction_config
 
     settings.LLM_BASE_URL, settings.LLM_API_KEY = "", ""
@@ -187,4 +188,4 @@ def test_background_llm_work_ignores_a_bad_endpoint(owner, conversation, setting
     )
     conversation.tenant.refresh_from_db()
     assert compaction_config(conversation).llm is None
-    assert _agent_llm(conversation, AgentRun()) is None
+    assert agent_llm(conversation, AgentRun()) is None

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-import memory.agent as agent_module
+import memory.agent.llm as agent_llm
+import memory.agent.run as agent_run
 from conversations.models import Message
 from memory.agent import memory_agent_run
 from memory.archival import archival_insert
@@ -198,7 +199,7 @@ def test_a_block_changed_during_the_llm_call_is_refused_as_stale(
         {"role": "user", "content": "Call me Alice. My team is payments."},
         {"role": "assistant", "content": "Sure."},
     )
-    real = agent_module.chat_tools
+    real = agent_llm.chat_tools
 
     def support_edits_meanwhile(*args, **kwargs):
         reply = real(*args, **kwargs)
@@ -208,7 +209,7 @@ def test_a_block_changed_during_the_llm_call_is_refused_as_stale(
         )
         return reply
 
-    monkeypatch.setattr(agent_module, "chat_tools", support_edits_meanwhile)
+    monkeypatch.setattr(agent_llm, "chat_tools", support_edits_meanwhile)
     llm_server.script(
         tool_reply(
             tool_call("core_memory_update", {"label": "profile", "old_text": "Ali", "new_text": "Alice"}),
@@ -234,7 +235,7 @@ def test_a_concurrent_run_moving_the_cursor_discards_the_plan_and_the_batch_is_r
         {"role": "user", "content": "My cat is called Tom."},
         {"role": "assistant", "content": "Also nice."},
     )
-    real = agent_module.chat_tools
+    real = agent_llm.chat_tools
     calls = []
 
     def another_run_meanwhile(*args, **kwargs):
@@ -244,7 +245,7 @@ def test_a_concurrent_run_moving_the_cursor_discards_the_plan_and_the_batch_is_r
             MemoryAgentCursor.objects.filter(conversation=conversation).update(last_seq=2)
         return reply
 
-    monkeypatch.setattr(agent_module, "chat_tools", another_run_meanwhile)
+    monkeypatch.setattr(agent_llm, "chat_tools", another_run_meanwhile)
     llm_server.script(
         tool_reply(
             tool_call("archival_memory_insert", {"content": "The user's dog is Rex.", "kind": "fact"})
@@ -331,7 +332,7 @@ def test_a_spent_budget_means_rules_without_a_model_call(owner, conversation, ll
 
 
 def test_a_backlog_is_read_in_batches_of_whole_exchanges(conversation, llm_settings, llm_server, monkeypatch):
-    monkeypatch.setattr(agent_module, "BATCH_CHARS", 60)
+    monkeypatch.setattr(agent_run, "BATCH_CHARS", 60)
     append(
         conversation,
         {"role": "user", "content": "First question about the billing service."},
@@ -391,7 +392,7 @@ def test_the_tool_loop_is_bounded(conversation, llm_settings, llm_server):
     search = tool_reply(tool_call("archival_memory_search", {"query": "editor"}))
     llm_server.script(*[search] * 6)  # a model that never stops searching
     run = memory_agent_run(conversation=conversation)
-    assert len(llm_server.requests) == agent_module.MAX_ROUNDS == run.rounds
+    assert len(llm_server.requests) == agent_llm.MAX_ROUNDS == run.rounds
     assert any("still calling tools after 4 rounds" in note for note in run.notes)
     assert MemoryAgentCursor.objects.get(conversation=conversation).last_seq == 2
 

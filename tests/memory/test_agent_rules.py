@@ -5,7 +5,10 @@ not; a newer statement of the same detail invalidates the older memory."""
 
 import pytest
 
-from memory.agent import STANDING_CHARS, _rule_for, _sentences, memory_agent_run
+from memory.agent import memory_agent_run
+from memory.agent.rules import rule_for
+from memory.agent.rules import sentences as split_sentences
+from memory.agent.standing import STANDING_CHARS
 from memory.facts import strip_lead_in
 from memory.models import ArchivalMemory, MemoryOperation
 from tests.summaries.helpers import append
@@ -20,7 +23,7 @@ def lexical_only(settings):
 
 def stored(text: str) -> list[str]:
     """What the rules keep of a user message: memory.agent's own rule for each sentence, secrets left out."""
-    rules = [_rule_for(sentence) for sentence in _sentences(text)]
+    rules = [rule_for(sentence) for sentence in split_sentences(text)]
     return [rule.content for rule in rules if rule is not None and not rule.secret]
 
 
@@ -59,7 +62,7 @@ def stored(text: str) -> list[str]:
     ],
 )
 def test_sentences_end_at_sentence_punctuation_not_inside_values(text, sentences):
-    assert _sentences(text) == sentences
+    assert split_sentences(text) == sentences
 
 
 @pytest.mark.parametrize(
@@ -255,7 +258,7 @@ def test_a_preference_in_a_run_on_request_is_kept_as_the_words_around_it():
         "possible outcomes, considering my goal is to solve 10 probability problems by February 1, and "
         "I've already completed 5 coin toss problems with 80% mastery of simple probability ratios"
     )
-    rule = _rule_for(sentence)
+    rule = rule_for(sentence)
 
     assert rule is not None and rule.kind == ArchivalMemory.Kind.PREFERENCE
     assert "I prefer step-by-step explanations" in rule.content
@@ -264,5 +267,5 @@ def test_a_preference_in_a_run_on_request_is_kept_as_the_words_around_it():
 
 
 def test_a_short_statement_is_kept_whole():
-    rule = _rule_for("I prefer tabs over spaces in every Python file")
+    rule = rule_for("I prefer tabs over spaces in every Python file")
     assert rule is not None and rule.content == "I prefer tabs over spaces in every Python file"
