@@ -75,6 +75,7 @@ def quantise_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _block(rows: np.ndarray) -> Int8Block:
     """The session over `rows`. The int8 matrix is handed to onnxruntime as an external initializer, read
     in place, not copied into the model: inside the model, each block's matrix was held more than once."""
+    # Imported here: optional heavy dependencies, and int8_block turns their absence into float32 scoring.
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
