@@ -65,7 +65,7 @@ def embedder_for(*, threads: int, int8: bool):
 
 def question_ms(questions: list[str], *, int8: bool) -> tuple[float, float]:
     """(p50, p95) ms to embed one question alone on one thread, over every question."""
-    from context.retrieval import focused
+    from retrieval.questions import focused
 
     embedder = embedder_for(threads=1, int8=int8)
     times = []
@@ -89,7 +89,7 @@ def embed_rate(texts: list[str], threads: int, *, int8: bool) -> tuple[float, in
 
 
 def index_rate(texts: list[str]) -> float:
-    from memory.history_index import ConversationIndex
+    from retrieval.history import ConversationIndex
 
     index = ConversationIndex("bench")
     started = time.perf_counter()

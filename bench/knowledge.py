@@ -192,9 +192,9 @@ def pdf_pages(count: int, rng: random.Random) -> bytes:
 def quality(tenant, chunks, sample: list[Target]) -> tuple[list[list[str]], dict[str, float], list[float]]:
     """Rows of the quality table; the fused ranking is also computed with the vector ranking of code chunks
     weighing 0, 0.5 and 1 (from the same query vectors), to show what the local model adds on code."""
-    from knowledge import search as knowledge_search_module
-    from knowledge.search import knowledge_index, knowledge_search, search
     from providers.embeddings import embed_query
+    from retrieval import knowledge as knowledge_search_module
+    from retrieval.knowledge import knowledge_index, knowledge_search, search
 
     baseline = PlainBM25([c.content for c in chunks])
     index = knowledge_index(tenant.pk)
@@ -230,7 +230,7 @@ def quality(tenant, chunks, sample: list[Target]) -> tuple[list[list[str]], dict
 def grown_latency(tenant, queries: list[str], size: int) -> tuple[float, float]:
     """Search latency once the tenant's index holds `size` chunks (copies of the corpus's rows)."""
     from knowledge.models import Chunk
-    from knowledge.search import knowledge_index, knowledge_search
+    from retrieval.knowledge import knowledge_index, knowledge_search
 
     index = knowledge_index(tenant.pk)
     rows = list(

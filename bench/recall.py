@@ -515,7 +515,7 @@ def recency_prompt(messages: list[tuple[str, int]], budget: int) -> tuple[str, i
 
 def bm25_prompt(question: str, corpus: list[tuple[str, int]], budget: int) -> tuple[str, int]:
     """The best BM25 hits over every message of the user's conversations, in rank order while they fit."""
-    from memory.lexical import bm25_rank
+    from retrieval.lexical import bm25_rank
 
     kept, used = [], 0
     for index, _ in bm25_rank(question, [c for c, _ in corpus]):

@@ -33,10 +33,9 @@ def server_started() -> None:
 
 
 def caches_warm() -> threading.Thread | None:
-    """On a background thread: load the shipped tokenizers (o200k takes ~190 ms), then build the retrieval
-    index of each of the MNEMO_WARM_CONVERSATIONS most recently active conversations (a long one takes
-    ~150-250 ms: on BEAM-128K, every call over 250 ms in a fresh server was a conversation's first). None
-    when MNEMO_WARM_ON_START is off."""
+    """On a background thread: load the shipped tokenizers (slow to load), then build the retrieval index of
+    each of the MNEMO_WARM_CONVERSATIONS most recently active conversations (a long one is slow to build: in
+    a fresh server, the slowest calls were conversations' first). None when MNEMO_WARM_ON_START is off."""
     if not settings.MNEMO_WARM_ON_START:
         return None
     count = min(settings.MNEMO_WARM_CONVERSATIONS, settings.MNEMO_RECALL_INDEX_CONVERSATIONS)
@@ -62,8 +61,8 @@ def _caches_warm(count: int) -> None:
     from django.db import DatabaseError, connection
 
     from conversations.models import Conversation
-    from memory.history_index import conversation_index
     from providers.tokens import SHIPPED_ENCODINGS, get_encoding
+    from retrieval.history import conversation_index
 
     try:
         for name in SHIPPED_ENCODINGS:

@@ -19,6 +19,8 @@ urlpatterns = [
     path("api/v1/", include("conversations.urls")),
     path("api/v1/", include("cold_storage.urls")),
     path("api/v1/", include("summaries.urls")),
+    # Before memory's: users/<id>/memories/search must match ahead of users/<id>/memories/<memory_id>.
+    path("api/v1/", include("retrieval.urls")),
     path("api/v1/", include("memory.urls")),
     path("api/v1/", include("knowledge.urls")),
     path("api/v1/", include("prefix_cache.urls")),

@@ -23,7 +23,7 @@ from context.decay import attachments_decay
 from context.images import attach_images
 from context.lines import SPOKEN_ROLES, turn_text
 from context.models import AgentProfile, ConversationContext
-from context.retrieval import focused, load_retrieval, quoted_trigrams, repeats
+from context.retrieved import load_retrieval, quoted_trigrams, repeats
 from context.state import ContextRequest, ContextState
 from conversations.models import Conversation, Message
 from prefix_cache.accounting import count_cached
@@ -35,6 +35,7 @@ from providers.embeddings import embed_query_ahead
 from providers.faults import service_faults
 from providers.model_table import ModelInfo, is_known_model, model_info
 from providers.tokens import MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS, count_message, truncate_text
+from retrieval.questions import focused
 from tenants.errors import ApplicationError
 from tenants.settings_schema import settings_read
 from tenants.statements import FixedQuery

@@ -11,12 +11,12 @@ from django.db import transaction
 
 from context.state import ContextRequest, ContextState
 from conversations.models import Conversation, Message
-from memory.rewrite import query_rewrite
 from memory.selectors import core_memory_at, core_memory_blocks_current, label_order
 from memory.services import core_memory_snapshot_get
 from memory.state import SESSION_PROFILE_KEY, state_overlay
 from prefix_cache.accounting import count_cached
 from prefix_cache.rendering import Item, canonical_json
+from retrieval.rewrite import query_rewrite
 from summaries.conf import compaction_config
 from summaries.selectors import history_start_seq, segment_prompt_text, segment_source, segments_live
 from summaries.services import compaction_queued, compaction_request, history_tokens, segments_replay

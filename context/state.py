@@ -8,10 +8,10 @@ from typing import Any
 
 from context.models import ConversationContext
 from conversations.models import Conversation, Message
-from memory.rewrite import Rewrite
 from prefix_cache.rendering import Item, Layout, Rendered
 from providers.degradations import degradation_count
 from providers.model_table import ModelInfo
+from retrieval.rewrite import Rewrite
 
 logger = logging.getLogger(__name__)
 

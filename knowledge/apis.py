@@ -1,5 +1,5 @@
-"""REST endpoints for documents and knowledge search. Views validate, call one service or selector and
-render; every document is fetched through the caller's tenant."""
+"""REST endpoints for documents (knowledge search is retrieval's: retrieval.apis). Views validate, call one
+service or selector and render; every document is fetched through the caller's tenant."""
 
 from typing import Any
 
@@ -12,12 +12,10 @@ from rest_framework.views import APIView
 from conversations.apis import ConversationCursorPagination
 from knowledge import services
 from knowledge.models import Document
-from knowledge.search import knowledge_search
 from knowledge.selectors import access_document, chunk_list, document_list
-from knowledge.serializers import ChunkOutputSerializer, DocumentOutputSerializer, hit_data
+from knowledge.serializers import ChunkOutputSerializer, DocumentOutputSerializer
 from tenants.api import (
     ERROR_SCHEMA,
-    LimitedJSONParser,
     LimitedMultiPartParser,
     StrictSerializer,
     cursor_page,
@@ -143,44 +141,3 @@ class DocumentChunksApi(APIView):
         return Response(
             {"document": str(document.pk), "chunks": ChunkOutputSerializer(chunks, many=True).data}
         )
-
-
-class KnowledgeSearchApi(APIView):
-    parser_classes = [LimitedJSONParser]
-
-    class InputSerializer(StrictSerializer):
-        query = serializers.CharField(max_length=4000)
-        conversation = serializers.UUIDField(required=False)
-        end_user = serializers.CharField(max_length=_END_USER, required=False)
-        kinds = serializers.ListField(
-            child=serializers.ChoiceField(choices=Document.Kind.choices), required=False, allow_empty=False
-        )
-        limit = serializers.IntegerField(min_value=1, max_value=100, required=False, default=10)
-
-    @extend_schema(
-        request=InputSerializer,
-        responses={
-            200: inline_serializer("KnowledgeResults", {"results": serializers.ListField()}),
-            **error_responses(),
-        },
-        description="Chunks of documents and code in scope for a question (tenant-wide documents; with "
-        "`end_user`, also theirs; with `conversation`, also its own and its end user's), ranked by BM25 over "
-        "identifier-aware terms, symbol trigram similarity and embedding similarity, fused with RRF.",
-    )
-    def post(self, request: Any) -> Response:
-        data = validated(self.InputSerializer, request.data)
-        scope = services.scope_resolve(
-            tenant=request.auth.tenant,
-            conversation_id=data.get("conversation"),
-            end_user=data.get("end_user"),
-            create=False,
-        )
-        result = knowledge_search(
-            tenant_id=request.auth.tenant.pk,
-            query=data["query"],
-            end_user_id=getattr(scope.end_user, "pk", None),
-            conversation=scope.conversation,
-            kinds=set(data["kinds"]) if data.get("kinds") else None,
-            limit=data["limit"],
-        )
-        return Response({"results": [hit_data(h) for h in result.hits], "degradations": result.degradations})

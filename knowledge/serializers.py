@@ -1,11 +1,8 @@
-"""Output shapes of documents, chunks and search hits."""
-
-from typing import Any
+"""Output shapes of documents and chunks (a search hit's: retrieval.serializers)."""
 
 from rest_framework import serializers
 
 from knowledge.models import Chunk, Document
-from knowledge.search import KnowledgeHit
 
 
 class DocumentOutputSerializer(serializers.ModelSerializer):
@@ -40,27 +37,3 @@ class ChunkOutputSerializer(serializers.ModelSerializer):
         model = Chunk
         fields = ["ordinal", *PROVENANCE, "token_count", "content"]
         read_only_fields = fields
-
-
-def hit_data(hit: KnowledgeHit) -> dict[str, Any]:
-    chunk = hit.chunk
-    data: dict[str, Any] = {
-        "document": str(chunk.document_id),
-        "document_name": hit.document_name,
-        "kind": chunk.kind,
-        "ordinal": chunk.ordinal,
-    }
-    data.update({name: getattr(chunk, name) for name in PROVENANCE})
-    data.update(
-        {
-            "citation": hit.citation,
-            "content": chunk.content,
-            "token_count": chunk.token_count,
-            "score": hit.score,
-            "relevance": round(hit.relevance, 4),
-            "lexical": hit.lexical,
-            "similarity": hit.similarity,
-            "symbol_similarity": hit.symbol,
-        }
-    )
-    return data

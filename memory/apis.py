@@ -375,38 +375,6 @@ class ArchivalMemoryListCreateApi(APIView):
         return Response(body, status=status.HTTP_201_CREATED if outcome.action == "inserted" else 200)
 
 
-class ArchivalMemorySearchApi(APIView):
-    class ArchivalSearchFilterSerializer(StrictSerializer):
-        q = serializers.CharField(max_length=2000)
-        limit = serializers.IntegerField(required=False, min_value=1, max_value=100, default=10)
-
-    @extend_schema(
-        parameters=[ArchivalSearchFilterSerializer],
-        responses={200: out.ArchivalSearchOutputSerializer, **error_responses()},
-        description="Hybrid search over live memories: BM25 and exact vector rankings fused with reciprocal "
-        "rank fusion (k = 60). Without embeddings it is lexical only, reported in `degradations`.",
-    )
-    def get(self, request: Any, external_id: str) -> Response:
-        end_user = access_end_user(tenant=request.auth.tenant, external_id=external_id)
-        params = validated(self.ArchivalSearchFilterSerializer, request.query_params.dict())
-        outcome = archival.archival_search(end_user=end_user, query=params["q"], limit=params["limit"])
-        return Response(
-            {
-                "mode": outcome.mode,
-                "results": [
-                    {
-                        "memory": archival.memory_data(hit.memory),
-                        "score": hit.score,
-                        "lexical_rank": hit.lexical_rank,
-                        "vector_rank": hit.vector_rank,
-                    }
-                    for hit in outcome.hits
-                ],
-                "degradations": outcome.degradations,
-            }
-        )
-
-
 class ArchivalMemoryDetailApi(APIView):
     @extend_schema(responses={200: out.ArchivalMemoryOutputSerializer, **error_responses()})
     def get(self, request: Any, external_id: str, memory_id: str) -> Response:

@@ -1,38 +1,25 @@
 """Archival memory: facts and episodes of an end user with embeddings. Insert merges near-duplicates instead
 of piling them up; a fact about the same subject as an older one invalidates it (kept, marked, left out of
 search): the same subject key ("my X is …", or given), or another specific value for the same thing
-(memory.facts: "the ledger DB is on port 23456 now" after "the ledger DB listens on port 5433"). Search fuses
-lexical (the database's full-text index, re-ranked by BM25) and exact vector (numpy) rankings with RRF
-(k = 60)."""
+(memory.facts: "the ledger DB is on port 23456 now" after "the ledger DB listens on port 5433"). The search
+is retrieval's (retrieval.archival); its types and the hook the memory agent calls it through are here."""
 
 import datetime
 import re
-import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
-from django.db import connection, transaction
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
 from django.utils import timezone
 
 from conversations.models import Conversation
 from memory.facts import fact_signature, supersedes
-from memory.lexical import (
-    MEMORIES,
-    atom_shares,
-    backend,
-    bm25_rank,
-    fts5_query,
-    jaccard,
-    rrf,
-    scope_token,
-    search_phrases,
-    token_shares,
-    tsquery,
-)
 from memory.models import Actor, ArchivalMemory, MemoryOperation
 from memory.services import operation_log
-from providers.embeddings import embed, embed_query, from_bytes, to_bytes
+from providers.embeddings import embed, from_bytes, to_bytes
+from providers.text import jaccard
 from tenants.errors import ApplicationError
 from tenants.models import EndUser
 
@@ -80,7 +67,8 @@ class InsertOutcome:
     degradations: list[dict[str, str]] = field(default_factory=list)
 
 
-def _live(end_user: EndUser) -> Any:
+def live_memories(end_user: EndUser) -> Any:
+    """The end user's memories that no newer statement replaced."""
     return ArchivalMemory.objects.filter(end_user=end_user, invalidated_at__isnull=True)
 
 
@@ -135,7 +123,7 @@ def archival_insert(
     with transaction.atomic():
         # Lock the user's row: concurrent inserts of the same fact merge instead of both inserting.
         EndUser.objects.select_for_update().filter(pk=end_user.pk).first()
-        candidates = list(_live(end_user).order_by("-created_at")[:SEARCH_SCAN_LIMIT])
+        candidates = list(live_memories(end_user).order_by("-created_at")[:SEARCH_SCAN_LIMIT])
         duplicate = _near_duplicate(candidates, content, embedded.vector, embedded.model)
         if duplicate is not None:
             _merge(duplicate, content, importance, source_message_ids, logged=logged, trigger=trigger)
@@ -324,120 +312,33 @@ class SearchOutcome:
     degradations: list[dict[str, str]] = field(default_factory=list)
 
 
+class ArchivalSearch(Protocol):
+    def __call__(
+        self, *, end_user: EndUser, query: str, limit: int = 10, candidates: int = 50, expansion: str = ""
+    ) -> SearchOutcome: ...
+
+
+# The search over archival memories is retrieval's (retrieval.archival), and retrieval sits above memory:
+# memory cannot import it, yet the memory agent's search tool calls it. So memory declares its type here and
+# retrieval installs it when the apps are ready (retrieval.apps.RetrievalConfig.ready).
+_installed: list[ArchivalSearch] = []
+
+
+def archival_search_install(search: ArchivalSearch) -> None:
+    _installed[:] = [search]
+
+
 def archival_search(
     *, end_user: EndUser, query: str, limit: int = 10, candidates: int = 50, expansion: str = ""
 ) -> SearchOutcome:
-    """Hybrid search over the user's live memories: the lexical ranking (the database's full-text index,
-    re-ranked by BM25) and the exact cosine ranking (numpy over the stored vectors) fused with RRF.
-    `expansion`: words a query rewrite added, weighing less in the lexical ranking; the vector ranking embeds
-    the query alone."""
-    if not query.strip():
-        return SearchOutcome([], "lexical")
-    lexical = _lexical_ranking(end_user, query, candidates, expansion)
-    vector_ranking: list[Any] = []
-    similarity: dict[Any, float] = {}
-    degradations = []
-    vector, model = embed_query(query)
-    vectors = None if vector is None else vector[None, :]
-    if vectors is None:
-        degradations.append({"code": "embeddings_unavailable", "message": f"Lexical search only: {model}"})
-    else:
-        rows = list(
-            _live(end_user)
-            .filter(embedding__isnull=False, embedding_model=model)
-            .order_by("-created_at")
-            .values_list("id", "embedding")[:SEARCH_SCAN_LIMIT]
+    """Hybrid search over the user's live memories (retrieval.archival.archival_search, installed there)."""
+    if not _installed:
+        raise ImproperlyConfigured(
+            "No archival search is installed: the retrieval app is not in INSTALLED_APPS."
         )
-        if rows:
-            matrix = np.stack([from_bytes(embedding) for _, embedding in rows])
-            sims = matrix @ vectors[0]
-            order = np.argsort(-sims, kind="stable")[:candidates]
-            vector_ranking = [rows[j][0] for j in order]
-            similarity = dict(zip((row[0] for row in rows), sims.tolist(), strict=True))
-    if not lexical and not vector_ranking:
-        return SearchOutcome([], "hybrid" if vectors is not None else "lexical", degradations)
-    fused = rrf(lexical, vector_ranking)
-    lexical_pos = {key: r for r, key in enumerate(lexical, start=1)}
-    vector_pos = {key: r for r, key in enumerate(vector_ranking, start=1)}
-    # Ties (same fused score) go to the lexical order, then the vector order.
-    tie = {key: (lexical_pos.get(key, len(lexical) + 1), vector_pos.get(key, 0)) for key in fused}
-    best = sorted(fused, key=lambda key: (-fused[key], tie[key]))[:limit]
-    memories = _live(end_user).in_bulk(best)
-    hits = [
-        SearchHit(
-            memories[key],
-            round(fused[key], 6),
-            lexical_pos.get(key),
-            vector_pos.get(key),
-            round(similarity.get(key, 0.0), 4),
-        )
-        for key in best
-        if key in memories
-    ]
-    return SearchOutcome(hits, "hybrid" if vectors is not None else "lexical", degradations)
-
-
-# The database ranks the user's matching memories and BM25 re-ranks its best LEXICAL_CANDIDATES.
-LEXICAL_CANDIDATES = 100
-
-
-def _lexical_ranking(end_user: EndUser, query: str, candidates: int, expansion: str = "") -> list[Any]:
-    """Ids of the user's live memories that share a word with the query, best first."""
-    full = f"{query} {expansion}".strip()
-    kind = backend()
-    shares: dict[str, float] = {}
-    if kind is None:
-        rows = list(_live(end_user).order_by("-created_at").values_list("id", "content")[:SEARCH_SCAN_LIMIT])
-    else:
-        phrases = search_phrases(full)
-        if not phrases:
-            return []
-        # Memories are short and few per user: every phrase selects, common or not.
-        shares_of_atoms, _ = atom_shares(MEMORIES, (a for p in phrases for a in p))
-        search = _memories_postgresql if kind == "postgresql" else _memories_sqlite
-        rows = search(end_user, phrases)
-        shares = token_shares(full, shares_of_atoms)
-    if not rows:
-        return []
-    corpus = len(rows) if kind is None else _live(end_user).count()
-    scored = bm25_rank(query, [r[1] for r in rows], corpus_size=corpus, shares=shares, expansion=expansion)
-    return [rows[i][0] for i, _ in scored[:candidates]]
-
-
-def _memories_postgresql(end_user: EndUser, phrases: list[tuple[str, ...]]) -> list[tuple[Any, str]]:
-    sql = """
-        SELECT a.id, a.content FROM memory_archival_search AS s
-        JOIN memory_archivalmemory AS a ON a.id = s.memory_id
-        WHERE s.document @@ %(q)s::tsquery AND s.end_user_id = %(user)s
-          AND a.end_user_id = %(user)s AND a.tenant_id = %(tenant)s AND a.invalidated_at IS NULL
-        ORDER BY ts_rank_cd(s.document, %(terms)s::tsquery) DESC, a.created_at DESC
-        LIMIT %(limit)s
-    """
-    params: dict[str, Any] = {
-        "user": end_user.pk,
-        "tenant": end_user.tenant_id,
-        "q": tsquery(phrases, [scope_token("u", end_user.pk)]),
-        "terms": tsquery(phrases),
-        "limit": LEXICAL_CANDIDATES,
-    }
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
-
-
-def _memories_sqlite(end_user: EndUser, phrases: list[tuple[str, ...]]) -> list[tuple[Any, str]]:
-    sql = """
-        SELECT a.id, a.content FROM memory_archival_fts AS f
-        JOIN memory_archivalmemory AS a ON a.rowid = f.rowid
-        WHERE memory_archival_fts MATCH %s
-          AND a.end_user_id = %s AND a.tenant_id = %s AND a.invalidated_at IS NULL
-        ORDER BY bm25(memory_archival_fts, 0.0, 1.0), a.created_at DESC
-        LIMIT %s
-    """
-    match = fts5_query([scope_token("u", end_user.pk)], phrases)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [match, end_user.pk, end_user.tenant_id.hex, LEXICAL_CANDIDATES])
-        return [(uuid.UUID(r[0]), r[1]) for r in cursor.fetchall()]
+    return _installed[0](
+        end_user=end_user, query=query, limit=limit, candidates=candidates, expansion=expansion
+    )
 
 
 @transaction.atomic

@@ -20,11 +20,6 @@ urlpatterns = [
     ),
     path("users/<str:external_id>/memories", apis.ArchivalMemoryListCreateApi.as_view(), name="memories"),
     path(
-        "users/<str:external_id>/memories/search",
-        apis.ArchivalMemorySearchApi.as_view(),
-        name="memory-search",
-    ),
-    path(
         "users/<str:external_id>/memories/<str:memory_id>",
         apis.ArchivalMemoryDetailApi.as_view(),
         name="memory-detail",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterator
 
 
 def wordset(text: str) -> frozenset[str]:
@@ -41,14 +42,14 @@ also just like get got ok okay yes yeah sure thanks thank please well now one tw
 actually though lot lots bit cannot ought
 """)
 
-# Full-text search over messages and memories (memory.lexical): a short list, so that a query keeps the
+# Full-text search over messages and memories (retrieval.lexical): a short list, so that a query keeps the
 # words that narrow it ("after", "only", "before").
 SEARCH_STOPWORDS = wordset("""
 a an the and or but of to in on at for with is are was were be been it its this that these those i you he
 she we they me my your our their do does did what which who whom how when where why can could would should
 will shall not no yes so as by from about into than then there here just also please
 """)
-# Whole-history BM25 over stemmed passages (memory.history_index).
+# Whole-history BM25 over stemmed passages (retrieval.history).
 PASSAGE_STOPWORDS = FUNCTION_WORDS | {"also", "please"}
 # The extractive summariser's term weights and name trimming (providers.summariser); "let" and "will" have
 # always counted as terms there.
@@ -64,6 +65,40 @@ across after before during without within between against around if else because
 on at in to into onto of for with by should must may might also too anything something everything nothing
 someone anyone everyone which whose whom there here what
 """)
+
+# --- the words of full-text search ------------------------------------------------------------------------
+# Here, not in retrieval.lexical, because archival memory's writes compare statements by these words
+# (jaccard) and memory sits below retrieval.
+
+# A word: a CJK run, or letters/digits joined by - . / _ (an identifier, a path, a version: one BM25 term).
+SEARCH_WORD = re.compile(rf"[{CJK}]+|[^\W_{CJK}](?:[^\W_{CJK}]|[-./_](?=[^\W_{CJK}]))*")
+CJK_START = re.compile(rf"[{CJK}]")
+
+
+def search_words(text: str) -> list[str]:
+    """BM25 terms: words without stopwords, an identifier whole; CJK runs as characters and bigrams."""
+    return list(iter_search_words(text))
+
+
+def iter_search_words(text: str) -> Iterator[str]:
+    """search_words() one at a time, for a reader that needs only the first few of a long text."""
+    for match in SEARCH_WORD.finditer(text.lower()):
+        word = match.group(0)
+        # A match is either all CJK or starts with a letter or digit outside CJK: its first character tells.
+        if CJK_START.match(word):
+            yield from word  # unigrams
+            yield from (word[i : i + 2] for i in range(len(word) - 1))  # and bigrams
+        elif word not in SEARCH_STOPWORDS:
+            yield word
+
+
+def jaccard(a: str, b: str) -> float:
+    """The share of search words two texts have in common (of all the words either holds)."""
+    ta, tb = set(search_words(a)), set(search_words(b))
+    if not ta or not tb:
+        return 0.0
+    return len(ta & tb) / len(ta | tb)
+
 
 # --- names of the calendar ---------------------------------------------------------------------------------
 

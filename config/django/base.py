@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "summaries",
     "memory",
     "knowledge",
+    "retrieval",
     "prefix_cache",
     "context",
 ]

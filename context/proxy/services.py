@@ -16,13 +16,13 @@ from context.proxy import history
 from context.proxy.errors import ProxyError
 from context.proxy.upstream import Reply, Upstream, upstream_for
 from context.proxy.wire import ANTHROPIC, ProxyRequest
-from context.retrieval import focused
 from conversations.models import Conversation, Message
 from conversations.selectors import access_conversation
 from conversations.services import conversation_create, message_append_batch
 from prefix_cache.services import cache_usage_report, context_call_note
 from providers.embeddings import embed_query_ahead
 from providers.model_table import MODELS
+from retrieval.questions import focused
 from tenants.errors import ApplicationError
 from tenants.models import Tenant
 

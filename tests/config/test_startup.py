@@ -11,7 +11,7 @@ from config import startup
 from config.startup import EmbeddedBeat, caches_warm, embedded_beat_enabled, interval_seconds, warm_state
 from conversations.models import MessageVector
 from conversations.services import conversation_create
-from memory import history_index
+from retrieval import history as history_index
 from tests.summaries.helpers import append
 
 SWEEP = "conversations.tasks.message_vectors_sweep"

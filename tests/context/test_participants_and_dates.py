@@ -233,7 +233,7 @@ def test_an_outsider_sees_no_participants(owner, outsider, conversation, lexical
 
 @pytest.mark.parametrize("asked_about", ["Tomas", "Tomas's", "James", "James'"])
 def test_a_name_ending_in_s_is_recognised_with_or_without_its_possessive(asked_about):
-    from context.retrieval import asked
+    from retrieval.questions import asked
 
     participants = {"tomas": "Tomas", "james": "James", "priya": "Priya"}
 

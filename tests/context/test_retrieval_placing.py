@@ -1,24 +1,22 @@
-"""How B5 places what retrieval found (context.retrieval): a hit brings the other half of its exchange, a
+"""How B5 places what retrieval found (context.retrieved): a hit brings the other half of its exchange, a
 long message's excerpt says enough to be used, a broad question is answered from every session, and the
 background embedding run leaves the conversation's index ready for the next call."""
 
 import pytest
 
-from context.retrieval import (
-    EXCERPT_MIN_WORDS,
+from context.retrieved import (
     REPEAT_MIN_TRIGRAMS,
     SHORT_PARTNER_SHARE,
-    _words_before,
     by_relevance,
-    excerpt_span,
     quoted_trigrams,
     repeats,
     with_partners,
 )
 from conversations.embedding import message_vectors_fill
-from memory import history_index
 from prefix_cache.rendering import Item
 from providers import embeddings
+from retrieval import history as history_index
+from retrieval.excerpts import EXCERPT_MIN_WORDS, _words_before, excerpt_span
 from tests.context.helpers import append, context
 
 pytestmark = pytest.mark.django_db

@@ -231,7 +231,7 @@ def test_top_k_caps_the_retrieved_items(owner, conversation, lexical_only):
 
 
 def test_vectors_computed_after_the_index_was_read_reach_it(conversation, local_embeddings, monkeypatch):
-    from memory import history_index
+    from retrieval import history as history_index
 
     append(conversation, *[{"role": "user", "content": f"Note {n} about the garden shed."} for n in range(4)])
     index = history_index.conversation_index(conversation.id)  # read whole, no vectors yet
@@ -251,7 +251,7 @@ def test_vectors_computed_after_the_index_was_read_reach_it(conversation, local_
 def test_a_backlog_with_no_new_vector_is_not_read_again(conversation, local_embeddings, monkeypatch):
     """Vectors off on append (or a worker behind): each call probes for a new vector with one fixed
     statement instead of opening the chunked read over the whole backlog to find nothing."""
-    from memory import history_index
+    from retrieval import history as history_index
 
     append(conversation, *[{"role": "user", "content": f"Note {n} about the garden shed."} for n in range(4)])
     monkeypatch.setattr(history_index, "FIXED_VECTOR_READ", 1)  # 4 missing: a backlog
@@ -272,7 +272,7 @@ def test_other_stores_are_read_before_the_wait_for_the_questions_vector(
 ):
     """The question is embedded on another thread meanwhile: knowledge, the other conversations and the
     archival memories are read first, and this conversation's search waits for the vector only after them."""
-    from context import retrieval
+    from retrieval import find as retrieval
 
     append(conversation, {"role": "user", "content": FACT}, {"role": "assistant", "content": "Noted."})
     order = []

@@ -4,7 +4,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from knowledge import search
+from retrieval import knowledge as search
 
 
 @pytest.fixture(autouse=True)

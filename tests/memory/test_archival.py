@@ -5,9 +5,11 @@ import pytest
 
 from memory.archival import archival_insert, archival_revert, archival_search, subject_key
 from memory.facts import fact_signature, supersedes
-from memory.lexical import RRF_K, bm25_rank, rrf, tokens
 from memory.models import Actor, ArchivalMemory, MemoryOperation
 from providers import embeddings
+from providers.text import search_words
+from retrieval.lexical import bm25_rank
+from retrieval.ranking import RRF_K, rrf
 from tenants.services import end_user_get_or_create
 from tests.summaries.helpers import context, history
 
@@ -96,7 +98,7 @@ def test_hybrid_search_with_local_minilm_finds_paraphrases(owner, conversation, 
 
 def test_rrf_and_tokens():
     assert rrf(["a", "b"], ["b", "c"]) == {"a": 1 / 61, "b": 1 / 62 + 1 / 61, "c": 1 / 62}
-    assert "那个" in tokens("刚才说的那个文件")
+    assert "那个" in search_words("刚才说的那个文件")
     assert bm25_rank("那个文件", ["这是那个文件", "something else"])[0][0] == 0
     assert subject_key("The user's timezone is CET") == "timezone"
     assert subject_key("Deploys are manual") == ""

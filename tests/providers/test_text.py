@@ -7,8 +7,6 @@ import re
 import pytest
 
 from memory.facts import specific_values
-from memory.history_index import terms
-from memory.lexical import tokens
 from providers.summariser import extract_facts
 from providers.text import (
     FACT_STOPWORDS,
@@ -20,11 +18,13 @@ from providers.text import (
     URL_TAIL,
     is_code_line,
     prose_sentences,
+    search_words,
     sentence_spans,
     summary_sentences,
     without_end_mark,
     wordset,
 )
+from retrieval.history import terms
 
 
 def test_wordset_reads_a_list_written_as_text():
@@ -35,7 +35,7 @@ def test_search_keeps_the_words_that_narrow_a_query_that_passage_ranking_drops()
     # "after" and "only" narrow a search ("only after the deploy") but are function words to BM25.
     assert not {"after", "only"} & SEARCH_STOPWORDS
     assert {"after", "only"} <= PASSAGE_STOPWORDS
-    assert tokens("only after the deploy") == ["only", "after", "deploy"]
+    assert search_words("only after the deploy") == ["only", "after", "deploy"]
     assert terms("only after the deploy") == ["deploy"]
 
 

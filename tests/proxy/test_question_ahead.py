@@ -3,7 +3,7 @@ the pipeline's load stage asks for, so that stage finds the vector under way ins
 
 from context.proxy import services
 from context.proxy.wire import openai_request
-from context.retrieval import focused
+from retrieval.questions import focused
 
 
 def _started(monkeypatch, messages: list[dict]) -> list[str]:

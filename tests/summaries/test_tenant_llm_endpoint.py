@@ -6,7 +6,7 @@ rules) with a degradation that names neither the URL nor an address. Two OpenAI-
 import pytest
 from django.core.cache import cache
 
-from memory.rewrite import query_rewrite
+from retrieval.rewrite import query_rewrite
 from summaries.services import compaction_run
 from tests.llm_server import LLMServer
 from tests.summaries.helpers import append, budgets, history

@@ -10,7 +10,7 @@ from django.db import connection
 
 from conversations.models import Conversation, Message, MessageVector
 from conversations.services import conversation_create
-from memory.history_index import _new_messages, _new_vectors
+from retrieval.history import _new_messages, _new_vectors
 
 pytestmark = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="PostgreSQL's planner (set DATABASE_URL)"

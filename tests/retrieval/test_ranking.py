@@ -9,8 +9,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from providers import ranking
-from providers.ranking import K1, RRF_K, B, Postings, Vectors, best_first, best_positions, fuse, ranks, rrf
+from retrieval import ranking
+from retrieval.ranking import K1, RRF_K, B, Postings, Vectors, best_first, best_positions, fuse, ranks, rrf
 
 
 def _table(*documents: str) -> Postings:
@@ -244,7 +244,7 @@ def test_both_scores_on_a_large_table_shares_its_int8_blocks_with_a_helper_threa
     import threading
     import time
 
-    from providers import prescan
+    from retrieval import prescan
 
     monkeypatch.setattr(prescan, "BLOCK_ROWS", 8)
     monkeypatch.setattr(prescan, "RESCORE_ROWS", 4)
@@ -279,7 +279,7 @@ def test_a_scan_does_not_wait_for_a_busy_helper(monkeypatch):
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from providers import prescan
+    from retrieval import prescan
 
     monkeypatch.setattr(prescan, "BLOCK_ROWS", 8)
     monkeypatch.setattr(prescan, "RESCORE_ROWS", 4)

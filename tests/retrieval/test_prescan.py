@@ -4,8 +4,8 @@ blocks of rows are scored in int8, their best rows again exactly, the rest of th
 import numpy as np
 import pytest
 
-from providers import prescan
-from providers.ranking import Vectors
+from retrieval import prescan
+from retrieval.ranking import Vectors
 
 
 def _table(rows: int, dimension: int = 32, seed: int = 3) -> np.ndarray:

@@ -9,7 +9,7 @@ import pytest
 from django.core.cache import cache
 
 from memory.archival import archival_insert
-from memory.rewrite import query_rewrite
+from retrieval.rewrite import query_rewrite
 from tenants.services import end_user_get_or_create
 from tests import llm_server as server
 from tests.summaries.helpers import append, budgets, context

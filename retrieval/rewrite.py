@@ -25,8 +25,8 @@ from django.conf import settings
 from django.core.cache import cache
 
 from conversations.models import Conversation, Message
-from memory.lexical import iter_tokens, tokens
 from providers.llm import LLMConfig, LLMError, chat, llm_config
+from providers.text import iter_search_words, search_words
 from tenants.settings_schema import settings_usable
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def _salient_terms(texts: list[str]) -> list[str]:
         cjk = (m.group(0) for m in _CJK_RUN.finditer(text))
         taken = 0
         # Lazily: a long message's words are not all split to take three of them.
-        for term in chain(found, cjk, iter_tokens(text)):
+        for term in chain(found, cjk, iter_search_words(text)):
             if taken >= PER_TEXT or len(out) >= MAX_TERMS:
                 break
             if term and term.lower() not in seen:
@@ -202,7 +202,7 @@ def query_rewrite(
             else:
                 standalone = _standalone(reply.text)
                 if standalone is not None:
-                    added = [t for t in tokens(standalone) if t not in set(tokens(query))]
+                    added = [t for t in search_words(standalone) if t not in set(search_words(query))]
                     return Rewrite(standalone, "llm", added, model=reply.model)
                 degradations.append(
                     {

@@ -1,22 +1,19 @@
-"""What the context pipeline's retrieve stage takes from knowledge: the chunks in the conversation's scope
-(tenant-wide, its end user's, its own) that answer the question, and the images of the conversation whose
-description (knowledge.vision) does, each as a cited text for B5 with the source fields the context response
-lists. The pipeline turns them into its own items (knowledge sits below prefix_cache and context and does
-not know their types)."""
+"""Knowledge's candidates for B5: the chunks in the conversation's scope (tenant-wide, its end user's, its
+own) that answer the question, and the images of the conversation whose description (knowledge.vision)
+does, each with the citation a prompt shows."""
 
 import re
 import uuid
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any
 
 from cold_storage.models import ArchivedImage
 from conversations.models import Conversation
 from knowledge.identifiers import _stem
 from knowledge.models import ImageDescription
-from knowledge.search import knowledge_search
-from providers.ranking import Postings
 from providers.text import SEARCH_STOPWORDS
+from retrieval.candidates import ChunkHit, ImageHit
+from retrieval.knowledge import knowledge_search
+from retrieval.ranking import Postings
 from tenants.statements import FixedQuery
 
 CANDIDATES = 8
@@ -26,36 +23,27 @@ IMAGE_CORPUS = 1000
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
-@dataclass(frozen=True)
-class KnowledgeCandidate:
-    text: str  # `[file "requirements.pdf", page 3] …` or `[src/app.py:40-72 (render)] …`
-    source: dict[str, Any]
-    score: float  # relevance, 0 to 1
-
-
 def knowledge_candidates(
     *, conversation: Conversation, query: str, min_relevance: float, limit: int = CANDIDATES
-) -> list[KnowledgeCandidate]:
+) -> list[ChunkHit | ImageHit]:
     """Chunks for B5, best first, then the conversation's images whose description answers; those below
     `min_relevance` are not worth prompt tokens. Lexical only without an embedding model (the retrieve stage
     reports that once, for every store)."""
     result = knowledge_search(
         tenant_id=conversation.tenant_id, query=query, conversation=conversation, limit=limit
     )
-    out = []
-    for hit in result.hits:
-        if hit.relevance < min_relevance:
-            continue
-        chunk = hit.chunk
-        source = {
-            "kind": "knowledge",
-            "id": f"chunk:{chunk.pk}",
-            "document": str(chunk.document_id),
-            "citation": hit.citation,
-            "score": round(hit.relevance, 4),
-            "rank_score": hit.score,
-        }
-        out.append(KnowledgeCandidate(f"[{hit.citation}] {chunk.content.strip()}", source, hit.relevance))
+    out: list[ChunkHit | ImageHit] = [
+        ChunkHit(
+            chunk_id=hit.chunk.pk,
+            document_id=str(hit.chunk.document_id),
+            citation=hit.citation,
+            content=hit.chunk.content,
+            relevance=hit.relevance,
+            rank_score=hit.score,
+        )
+        for hit in result.hits
+        if hit.relevance >= min_relevance
+    ]
     # Chunks keep their fused order; described images of the conversation follow.
     return out + image_candidates(conversation=conversation, query=query, min_relevance=min_relevance)
 
@@ -83,7 +71,7 @@ _IMAGES = FixedQuery(
 
 def image_candidates(
     *, conversation: Conversation, query: str, min_relevance: float, limit: int = IMAGE_CANDIDATES
-) -> list[KnowledgeCandidate]:
+) -> list[ImageHit]:
     """Images of the conversation whose description holds the question's words, best first: BM25 over the
     conversation's descriptions, as a share of what all the question's words could score (a word no
     description holds counts against it), so "the dialog with the expired password" finds that screenshot."""
@@ -100,19 +88,16 @@ def image_candidates(
     )
     corpus = [(image_id, seq, texts[sha]) for image_id, sha, seq in images if sha in texts]
     scored = _bm25_shares(asked, [Counter(_words(text)) for _, _, text in corpus])
-    out: list[KnowledgeCandidate] = []
+    out: list[ImageHit] = []
     for (image_id, seq, text), share in sorted(zip(corpus, scored, strict=True), key=lambda p: -p[1]):
         if share < min_relevance or len(out) == limit:
             break
-        citation = f"image {image_id}, message #{seq}"
-        source: dict[str, Any] = {"kind": "knowledge", "id": f"image:{image_id}", "image": image_id}
-        source.update(citation=citation, score=round(share, 4))
-        out.append(KnowledgeCandidate(f"[{citation}] {text.strip()}", source, share))
+        out.append(ImageHit(str(image_id), f"image {image_id}, message #{seq}", text, share))
     return out
 
 
 def _bm25_shares(asked: set[str], documents: list[Counter[str]]) -> list[float]:
-    """Each description's BM25 as a share of what the question could score (providers.ranking)."""
+    """Each description's BM25 as a share of what the question could score (retrieval.ranking)."""
     postings = Postings()
     for document in documents:
         postings.add(document)

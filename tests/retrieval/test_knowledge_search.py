@@ -11,7 +11,7 @@ from knowledge.identifiers import (
     trigram_similarity,
     trigrams,
 )
-from knowledge.search import knowledge_index
+from retrieval.knowledge import knowledge_index
 from tests.knowledge.conftest import code, upload
 from tests.knowledge.files import PYTHON_SOURCE, TS_SOURCE, pdf_bytes
 
@@ -156,7 +156,7 @@ def test_outsider_finds_nothing_of_the_owner(owner, outsider, conversation):
 def test_pg_trgm_and_the_portable_similarity_agree(owner, settings):
     from django.db import connection
 
-    from knowledge import search as search_module
+    from retrieval import knowledge as search_module
 
     if connection.vendor != "postgresql":
         pytest.skip("needs PostgreSQL")
@@ -185,13 +185,15 @@ def test_chunks_are_scored_under_the_index_lock(owner, monkeypatch):
 def test_the_question_is_embedded_after_the_bm25_pass(owner, monkeypatch):
     """A context call's question is still being embedded on another thread when knowledge is searched
     (providers.embeddings.embed_query_ahead): the BM25 pass runs first, instead of a wait for the vector."""
-    import knowledge.search
+    import retrieval.knowledge
 
     upload(owner, ("billing.py", PYTHON_SOURCE))
     index = knowledge_index(owner.tenant.id)
     order = []
-    bm25, embed_query = index.postings.bm25, knowledge.search.embed_query
+    bm25, embed_query = index.postings.bm25, retrieval.knowledge.embed_query
     monkeypatch.setattr(index.postings, "bm25", lambda *a: order.append("bm25") or bm25(*a))
-    monkeypatch.setattr(knowledge.search, "embed_query", lambda q: order.append("vector") or embed_query(q))
+    monkeypatch.setattr(
+        retrieval.knowledge, "embed_query", lambda q: order.append("vector") or embed_query(q)
+    )
     assert search(owner, "get user name")
     assert order == ["bm25", "vector"]

@@ -1,13 +1,12 @@
-"""An int8 first pass over a large table of vectors (providers.ranking.Vectors): the table's rows, a block of
+"""An int8 first pass over a large table of vectors (retrieval.ranking.Vectors): the table's rows, a block of
 BLOCK_ROWS at a time, stored as int8 (each row scaled by its largest component; 7 bits, QUANTISED_MAX) inside
 an onnxruntime session that multiplies a question's vector with them on the CPU's int8 instructions
 (com.microsoft.DynamicQuantizeMatMul, the block packed once when the session is built).
 
-A float32 matrix-vector product reads four bytes per component and is bound by memory bandwidth: ~14 ms of
-one core for the ~117,000 passage vectors of a 100,000-message conversation. The int8 blocks read a quarter of
-that: ~3.5 ms for the same rows on this machine (docs/benchmarks.md). Their scores are within a
-few thousandths of the exact cosines, so the caller scores the best RESCORE_ROWS rows again in float32 and
-those (every row a search ranks) are exact.
+A float32 matrix-vector product reads four bytes per component and is bound by memory bandwidth on a long
+conversation's passage vectors; the int8 blocks read a quarter of that (docs/benchmarks.md). Their scores
+are close to the exact cosines but not equal, so the caller scores the best RESCORE_ROWS rows again in
+float32 and those (every row a search ranks) are exact.
 
 Nothing is downloaded: the graph is built here with the `onnx` package. Without it or onnxruntime, or when a
 block cannot be built, `int8_block` returns None and the caller scores every row in float32."""
@@ -19,11 +18,11 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-# Rows per int8 block: a block costs ~12-17 ms to build (once, when the table has grown past it) and the rows
-# beyond the last full block (fewer than this) are scored in float32.
+# Rows per int8 block: a block is built once, when the table has grown past it (building is not free), and
+# the rows beyond the last full block (fewer than this) are scored in float32.
 BLOCK_ROWS = 8192
 # How many of the best int8 scores are computed again in float32: five times the fusion depth of the history
-# index (memory.history_index.FUSION_DEPTH), so the rows it ranks carry exact cosines.
+# index (retrieval.history.FUSION_DEPTH), so the rows it ranks carry exact cosines.
 RESCORE_ROWS = 1000
 
 
@@ -37,7 +36,8 @@ class Int8Block:
 
     def scores(self, query: np.ndarray) -> np.ndarray:
         """Approximate dot product of each row with `query` (float32, one per row)."""
-        return self._session.run(None, {"query": query.reshape(1, -1)})[0].ravel()
+        scores: np.ndarray = self._session.run(None, {"query": query.reshape(1, -1)})[0].ravel()
+        return scores
 
 
 _unavailable: list[str] = []  # why blocks cannot be built here, once it is known
@@ -58,9 +58,8 @@ def int8_block(rows: np.ndarray) -> Int8Block | None:
 
 # The largest magnitude of a quantised component: 7 bits, not 8. On a CPU without VNNI (AVX2 only) the
 # kernel multiplies the uint8 query by the int8 rows in pairs summed into 16 bits, which saturate when a
-# component reaches 127 (2 * 255 * 127 > 32,767): on such a machine 8 bits gave errors up to 0.035 on
-# 20,000 random rows, and an exact scan's top 20 came back reordered; 7 bits gave 0.0045, and the same
-# mean error (0.00065).
+# component reaches 127 (2 * 255 * 127 > 32,767): on such a machine 8 bits reordered an exact scan's best
+# rows; 7 bits keep the largest errors small at the same mean error.
 QUANTISED_MAX = 63
 
 
@@ -75,8 +74,8 @@ def quantise_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _block(rows: np.ndarray) -> Int8Block:
     """The session over `rows`. The int8 matrix is handed to onnxruntime as an external initializer, read
-    in place, not copied into the model: 8 blocks of 8,192 rows of 384 (24 MB of int8) took 34.8 MB in all,
-    where the same blocks with the matrix inside the model took 89.9 MB."""
+    in place, not copied into the model: inside the model, each block's matrix was held more than once."""
+    # Imported here: optional heavy dependencies, and int8_block turns their absence into float32 scoring.
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 

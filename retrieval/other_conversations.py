@@ -1,7 +1,7 @@
 """Recall across an end user's conversations: the messages of the user's other conversations in the tenant,
-found and ranked by the database's full-text index (memory.lexical), re-ranked by BM25, returned with their
+found and ranked by the database's full-text index (retrieval.lexical), re-ranked by BM25, returned with their
 seq and the excerpt that matched. The asking conversation's own history is retrieved by
-memory.history_index (whole history, lexical and vector), not here."""
+retrieval.history (whole history, lexical and vector), not here."""
 
 import uuid
 from dataclasses import dataclass
@@ -11,23 +11,22 @@ from django.db import connection
 from django.db.models import Q
 
 from conversations.models import Conversation, Message
-from memory.lexical import (
+from providers.text import search_words, sentence_spans
+from retrieval.lexical import (
     MESSAGES,
     backend,
     bm25_rank,
     fts5_query,
-    rrf,
     scope_token,
     search_phrases,
     selective,
     token_shares,
-    tokens,
     tsquery,
 )
-from providers.text import sentence_spans
+from retrieval.ranking import rrf
 from tenants.statements import FixedQuery
 
-# Only the query's rarer words select messages (memory.lexical.selective: about RECALL_MATCH_BUDGET matches
+# Only the query's rarer words select messages (retrieval.lexical.selective: about RECALL_MATCH_BUDGET matches
 # expected); the database ranks their matches (ts_rank_cd / bm25()) and BM25 re-ranks its best RECALL_RERANK,
 # so a rare word is found however far back it was said.
 RECALL_MATCH_BUDGET = 150
@@ -67,7 +66,7 @@ def recall_other_conversations(
 ) -> list[RecallHit]:
     """The best `limit` user and assistant messages for the query in the end user's other conversations of
     the tenant (all their messages), best first, none whose BM25 score is below min_score. `expansion`:
-    words a query rewrite added; they find messages too but weigh less (memory.lexical.EXPANSION_WEIGHT)."""
+    words a query rewrite added; they find messages too but weigh less (lexical.EXPANSION_WEIGHT)."""
     if not query.strip() or conversation.end_user_id is None:
         return []
     others = _other_conversations(conversation)
@@ -212,7 +211,8 @@ def _others_postgresql(conversations: list[Any], phrases: list[tuple[str, ...]])
     }
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchall()
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+        return rows
 
 
 def _others_sqlite(conversations: list[Any], phrases: list[tuple[str, ...]]) -> list[tuple[Any, ...]]:
@@ -232,7 +232,7 @@ def _others_sqlite(conversations: list[Any], phrases: list[tuple[str, ...]]) -> 
 
 def _candidates_scan(conversations: list[Any], query: str) -> list[tuple[Any, ...]]:
     """No full-text backend: the newest messages of these conversations holding a query word."""
-    terms = sorted({t for t in tokens(query) if len(t) > 1}, key=len, reverse=True)[:FALLBACK_TERMS]
+    terms = sorted({t for t in search_words(query) if len(t) > 1}, key=len, reverse=True)[:FALLBACK_TERMS]
     if not terms:
         return []
     matching = Q()

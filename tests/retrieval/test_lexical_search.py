@@ -9,10 +9,10 @@ from django.db.migrations.executor import MigrationExecutor
 
 from conversations.models import Message
 from conversations.services import conversation_create
-from memory import lexical
 from memory.archival import archival_insert, archival_search
 from memory.models import ArchivalMemory
-from memory.recall import RECALL_EXCERPT_CHARS, recall_other_conversations
+from retrieval import lexical
+from retrieval.other_conversations import RECALL_EXCERPT_CHARS, recall_other_conversations
 from tenants.services import end_user_get_or_create
 from tests.summaries.helpers import append
 

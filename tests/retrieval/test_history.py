@@ -5,10 +5,10 @@ terms."""
 import pytest
 
 from conversations.models import Message
-from memory import history_index
-from memory.history_index import conversation_index, search, terms
 from providers import embeddings
 from providers.passages import PASSAGE_WORDS, WHOLE_MESSAGE_WORDS, passage_spans
+from retrieval import history as history_index
+from retrieval.history import conversation_index, search, terms
 from tests.context.helpers import append
 
 pytestmark = pytest.mark.django_db

@@ -30,8 +30,8 @@ from providers.background import server_handler, server_notify
 from providers.dates import Period, mentions
 from providers.embeddings import embedder_status, from_bytes
 from providers.passages import passage_spans
-from providers.ranking import Postings, Vectors, best_first, best_positions, both_scores, fuse
 from providers.text import CJK, PASSAGE_STOPWORDS
+from retrieval.ranking import Postings, Vectors, best_first, best_positions, both_scores, fuse
 from tenants.statements import FixedQuery
 
 _TERM = re.compile(rf"[{CJK}]+|[^\W_{CJK}]+")
@@ -40,7 +40,8 @@ _stemmer = snowballstemmer.stemmer("english")
 
 @lru_cache(maxsize=200_000)
 def _stem(word: str) -> str:
-    return _stemmer.stemWord(word)
+    stem: str = _stemmer.stemWord(word)
+    return stem
 
 
 def terms(text: str) -> list[str]:
@@ -176,14 +177,14 @@ class ConversationIndex:
             return
         self.vectors.use_model(embedder.name)
         # Positions follow seq (sync appends in seq order): min() over the ints, not a generator over the
-        # messages, which cost ~3 ms a call while 10,000 messages waited for vectors.
+        # messages, which cost every call time in proportion to the backlog.
         floor = self.messages[min(self.missing_vectors)].seq
         if len(self.missing_vectors) <= FIXED_VECTOR_READ:
             rows = _NEW_VECTORS.run(conversation_id=self.conversation_id, model=embedder.name, floor=floor)
         elif _ANY_NEW_VECTOR.run(conversation_id=self.conversation_id, model=embedder.name, floor=floor):
             # A backlog (a first read, vectors still being computed): in chunks, through a server-side
             # cursor. Only when there is something to read: with vectors off on append, or a worker behind,
-            # every call paid ~4.5 ms for that cursor to find nothing (bench/proxy.py).
+            # every call would pay for opening that cursor to find nothing.
             rows = _new_vectors(self.conversation_id, embedder.name, floor).iterator(chunk_size=2000)
         else:
             return
@@ -201,13 +202,12 @@ class ConversationIndex:
 
 def keep_out_of_collections() -> None:
     """Move what this process holds now out of the cyclic garbage collector's view (gc.freeze): an index is
-    tens of thousands of long-lived objects, and each full collection walked all of them. On one BEAM-128K
-    conversation's index, replaying its questions in process: a 97 ms pause on one call, and 28-32 ms calls
-    against 19-20 ms once frozen; with forty indexes in the server a call took 284 ms (bench/
-    evidence_recall.py). A full collection first: garbage frozen would never be collected, and a cycle
-    holding an open database cursor kept SQLite's table locked for every other connection. It walks only
-    what is not frozen yet, so after the first index it is short. Frozen objects are still freed when
-    nothing refers to them (an index dropped from the cache goes as before)."""
+    tens of thousands of long-lived objects, and each full collection walked all of them: a pause on one
+    call, and slower calls throughout, growing with the number of indexes held. A full collection first:
+    garbage frozen would never be collected, and a cycle holding an open database cursor kept SQLite's table
+    locked for every other connection. It walks only what is not frozen yet, so after the first index it is
+    short. Frozen objects are still freed when nothing refers to them (an index dropped from the cache goes
+    as before)."""
     gc.collect()
     gc.freeze()
 
@@ -216,9 +216,9 @@ def _last_seq(conversation_id: Any) -> Subquery:
     """The conversation's last_seq, as an upper bound for a read of its newest rows by seq. PostgreSQL
     estimates `seq > n` from the whole table's seq histogram, where long conversations' high seqs are most
     rows: it took that for most of the conversation and read all of it by its foreign key instead of the
-    (conversation, seq) range (~10 ms at 10,000 messages beside a 100,000-message one for no new row,
-    bench/context_latency.py --profile; 0.9 ms at 1,000). A bound it cannot read while planning keeps the
-    range estimate small; every seq is at most last_seq (conversations.services allocates them from it)."""
+    (conversation, seq) range, a cost growing with the conversation for no new row. A bound it cannot read
+    while planning keeps the range estimate small; every seq is at most last_seq (conversations.services
+    allocates them from it)."""
     return Subquery(Conversation.objects.filter(pk=conversation_id).values("last_seq")[:1])
 
 
@@ -274,9 +274,7 @@ MESSAGE_RANKING_READ = 4
 # conversation's passage vectors: what every message of a long conversation shares (its project, its
 # subject) stops deciding which passages come first, and the part of the question that tells them apart
 # does. The cosines reported (PassageHit.similarity, the relevance a client reads) stay those with the
-# question itself. BEAM-128K, all 20, in-process on a copy of one load: ER 0.737 -> 0.743 at 2,000 tokens
-# (event ordering and multi-session reasoning up, information extraction down), 0.887 -> 0.888 at 8,000
-# with the exchange changes of context.retrieval; 1.0 took more than it gave (0.734 / 0.876 alone).
+# question itself. Removing the whole mean took more than it gave (docs/benchmarks.md holds the figures).
 CENTRING = 0.5
 # Centred cosines may be negative, and ranks() takes positive scores only: each passage that has a vector
 # is ranked by its centred cosine plus this (the largest a centred cosine can fall below zero is 1.5).
@@ -302,7 +300,7 @@ def search(
     of each preference a passage meets: weighed before the best are chosen, so that a long reply's many
     passages cannot crowd the preferred ones out of the `limit`). BM25 ranks `lexical_query` when given (the
     question without what a preference already stands for), the vectors `query`. A function as
-    `query_vector` is called once BM25 has scored the passages (providers.ranking.both_scores).
+    `query_vector` is called once BM25 has scored the passages (retrieval.ranking.both_scores).
 
     Under the index's lock, as sync() is: another request's call on the same conversation may be adding
     passages and vectors meanwhile, and the postings' arrays cannot grow while numpy reads them."""

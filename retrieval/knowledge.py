@@ -24,22 +24,22 @@ from django.db.models import Count, Max, Sum
 from knowledge.identifiers import looks_like_a_name, query_terms, symbol_words, terms, trigrams
 from knowledge.models import Chunk, Document, scope_key
 from providers.embeddings import embed_query, embedder_status, from_bytes
-from providers.ranking import Postings, Vectors, best_first, both_scores, fuse
+from retrieval.ranking import Postings, Vectors, best_first, both_scores, fuse
 from tenants.statements import FixedQuery
 
 FUSION_DEPTH = 200
 LEXICAL_WEIGHT = 1.0
 VECTOR_WEIGHT = 1.0
-# The local model reads English, not code: on Django's source its ranking lowered MRR@10 at every weight
-# tried (bench/knowledge.py, name queries 0.844 → 0.832 → 0.819 at weights 0, 0.5, 1; docstring queries
-# 0.897 → 0.881 → 0.866), so code chunks are ranked by words and symbols. Their vectors are still stored:
-# a code-capable embedding model needs only this weight changed, not the repositories processed again.
+# The local model reads English, not code: on a real code base its ranking lowered the code search's
+# quality at every weight tried (bench/knowledge.py), so code chunks are ranked by words and symbols. Their
+# vectors are still stored: a code-capable embedding model needs only this weight changed, not the
+# repositories processed again.
 CODE_VECTOR_WEIGHT = 0.0
 SYMBOL_WEIGHT = 1.0
-# Below this trigram similarity a symbol is not a fuzzy match (pg_trgm's own default, 0.3, let weak matches
-# crowd out the lexical ranking on Django: MRR@10 0.83 at 0.4, 0.84 at 0.45 on name queries).
+# Below this trigram similarity a symbol is not a fuzzy match (pg_trgm's own default let weak matches crowd
+# out the lexical ranking on name queries).
 SYMBOL_THRESHOLD = 0.45
-KIND_CODES = {Document.Kind.DOCUMENT: 0, Document.Kind.CODE: 1}
+KIND_CODES: dict[str, int] = {Document.Kind.DOCUMENT: 0, Document.Kind.CODE: 1}
 
 
 # What tells a tenant's ready documents changed (count, chunks, last processed), read on every context
@@ -71,7 +71,7 @@ class KnowledgeIndex:
         self.alive = array("b")
         self.scopes: dict[str, int] = {}
         self.postings = Postings()  # BM25 over path, symbol, heading and content
-        self.symbol_postings: dict[str, array] = {}
+        self.symbol_postings: dict[str, array[int]] = {}
         self.symbol_sizes = array("i")
         self.vectors = Vectors()
         self.lock = threading.Lock()
@@ -335,7 +335,7 @@ def knowledge_search(
     degradations = []
 
     def query_vector() -> np.ndarray | None:
-        # Asked for after the BM25 pass (providers.ranking.both_scores), and only when there are chunks.
+        # Asked for after the BM25 pass (retrieval.ranking.both_scores), and only when there are chunks.
         vector, reason = embed_query(query)
         if vector is None:
             degradations.append(

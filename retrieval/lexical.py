@@ -1,15 +1,17 @@
-"""Lexical search shared by archival memory and recall over old messages.
+"""Lexical search over the database's full-text indexes, shared by the archival memory search and the end
+user's other conversations (retrieval.archival, retrieval.other_conversations).
 
 The database finds and ranks the candidates with its own full-text index (PostgreSQL: a tsvector table with a
 GIN index, ranked by ts_rank_cd; SQLite: an FTS5 table, ranked by bm25()), both kept in sync by triggers
 (memory/migrations/0003_search_index.py). BM25 computed here in Python re-ranks those candidates, so the
 final scores, and the thresholds applied to them, are the same numbers on both databases. Reciprocal rank
-fusion is providers.ranking's, named here too for the callers of this module.
+fusion is retrieval.ranking's.
 
 Words are split the same way everywhere: lower case, runs of letters and digits, with punctuation (also the
 dashes, dots and slashes inside KX-4821 or src/app.py) as separators; an identifier in a query is looked up as
 the phrase of its parts ('kx' <-> '4821'). CJK text has no spaces: each CJK character is a word of its own in
-the index, and a query looks its runs up as phrases of two characters (bigrams)."""
+the index, and a query looks its runs up as phrases of two characters (bigrams). The words themselves are
+providers.text's (search_words): archival memory's writes compare statements by them too."""
 
 import functools
 import logging
@@ -18,20 +20,15 @@ import re
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from django.db import connection
 
-from providers.ranking import RRF_K as RRF_K
-from providers.ranking import rrf as rrf
-from providers.text import CJK, SEARCH_STOPWORDS
+from providers.text import CJK, CJK_START, SEARCH_STOPWORDS, SEARCH_WORD, search_words
 
 logger = logging.getLogger(__name__)
 
-# A word: a CJK run, or letters/digits joined by - . / _ (an identifier, a path, a version: one BM25 term).
-_WORD = re.compile(rf"[{CJK}]+|[^\W_{CJK}](?:[^\W_{CJK}]|[-./_](?=[^\W_{CJK}]))*")
-_CJK_START = re.compile(rf"[{CJK}]")
 # What the full-text indexes see as one word: a CJK character, or a run of letters and digits.
 _ATOM = re.compile(rf"[{CJK}]|[^\W_{CJK}]+")
 # Query words longer than this are blobs (base64, hashes of hashes): never worth a lookup.
@@ -42,29 +39,12 @@ MAX_PHRASES = 32
 EXPANSION_WEIGHT = 0.3
 
 
-def tokens(text: str) -> list[str]:
-    """BM25 terms: words without stopwords, an identifier whole; CJK runs as characters and bigrams."""
-    return list(iter_tokens(text))
-
-
-def iter_tokens(text: str) -> Iterator[str]:
-    """tokens() one at a time, for a reader that needs only the first few of a long text."""
-    for match in _WORD.finditer(text.lower()):
-        word = match.group(0)
-        # A match is either all CJK or starts with a letter or digit outside CJK: its first character tells.
-        if _CJK_START.match(word):
-            yield from word  # unigrams
-            yield from (word[i : i + 2] for i in range(len(word) - 1))  # and bigrams
-        elif word not in SEARCH_STOPWORDS:
-            yield word
-
-
 def search_phrases(query: str) -> list[tuple[str, ...]]:
     """What the full-text index is asked for: one phrase per query word (its atoms in order), CJK runs as
     bigrams. Stopwords, single letters and blobs are left out; at most MAX_PHRASES, in query order."""
     phrases: list[tuple[str, ...]] = []
-    for word in _WORD.findall(query.lower()):
-        if _CJK_START.match(word):
+    for word in SEARCH_WORD.findall(query.lower()):
+        if CJK_START.match(word):
             grams = [tuple(word[i : i + 2]) for i in range(len(word) - 1)] or [(word,)]
             phrases.extend(grams)
             continue
@@ -77,10 +57,10 @@ def search_phrases(query: str) -> list[tuple[str, ...]]:
 
 
 @functools.lru_cache(maxsize=8192)
-def _document_terms(text: str) -> tuple[Counter, int]:
+def _document_terms(text: str) -> tuple[Counter[str], int]:
     """Term counts and length of a document. Memoised: recall ranks the same history messages call after
     call."""
-    counts = Counter(tokens(text))
+    counts = Counter(search_words(text))
     return counts, sum(counts.values())
 
 
@@ -99,8 +79,8 @@ def bm25_rank(
     whole, and `shares` (term -> share of the corpus's documents holding it, from the index's statistics)
     stands in for document frequencies the candidates alone would overstate. Terms of `expansion` (what a
     query rewrite added) that are not the query's own count EXPANSION_WEIGHT as much."""
-    own = set(tokens(query))
-    weights = dict.fromkeys(own, 1.0) | {t: EXPANSION_WEIGHT for t in tokens(expansion) if t not in own}
+    own = set(search_words(query))
+    weights = dict.fromkeys(own, 1.0) | {t: EXPANSION_WEIGHT for t in search_words(expansion) if t not in own}
     if not weights or not documents:
         return []
     docs = [_document_terms(d) for d in documents]
@@ -129,13 +109,6 @@ def bm25_rank(
             scored.append((i, score))
     scored.sort(key=lambda x: (-x[1], x[0]))
     return scored
-
-
-def jaccard(a: str, b: str) -> float:
-    ta, tb = set(tokens(a)), set(tokens(b))
-    if not ta or not tb:
-        return 0.0
-    return len(ta & tb) / len(ta | tb)
 
 
 # --- the database's full-text index ------------------------------------------------------------------------
@@ -212,7 +185,8 @@ def _postgresql_shares(index: Index) -> tuple[dict[str, float], int]:
 def _sqlite_documents(index: Index) -> int:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT count(*) FROM {index.sqlite}_docsize")  # noqa: S608 - a constant name
-        return cursor.fetchone()[0]
+        row = cursor.fetchone()
+        return int(row[0])
 
 
 def atom_shares(index: Index, atoms: Iterable[str]) -> tuple[dict[str, float], int]:
@@ -284,7 +258,7 @@ def token_shares(query: str, shares: dict[str, float]) -> dict[str, float]:
     if not shares:
         return {}
     out = {}
-    for term in set(tokens(query)):
+    for term in set(search_words(query)):
         atoms = _ATOM.findall(term)
         if atoms:
             out[term] = min(shares.get(a, 0.0) for a in atoms)

@@ -1,5 +1,5 @@
-"""Ranking mechanics of the in-process search indexes (memory.history_index over a conversation's passages,
-knowledge.search over a tenant's chunks): BM25 postings scored as a share of what the query could score,
+"""Ranking mechanics of the in-process search indexes (retrieval.history over a conversation's passages,
+retrieval.knowledge over a tenant's chunks): BM25 postings scored as a share of what the query could score,
 cosine similarity over stored vectors, ranks among the eligible items, and reciprocal rank fusion.
 
 An item is a position (0, 1, 2, … in the order items were added); what the items are, how their terms are
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from providers import prescan
+from retrieval import prescan
 
 K1 = 1.2
 B = 0.75
@@ -25,7 +25,7 @@ class Postings:
     """An append-only BM25 table: per term, the items holding it and how often; per item, its length."""
 
     def __init__(self) -> None:
-        self.terms: dict[str, tuple[array, array]] = {}  # term -> (positions, term frequencies)
+        self.terms: dict[str, tuple[array[int], array[int]]] = {}  # term -> (positions, term frequencies)
         self.lengths = array("i")
         self._norm: np.ndarray | None = None
         self._mean: tuple[int, float] | None = None  # (items it was computed over, mean length)
@@ -101,27 +101,27 @@ class Postings:
 
 def _term_part(idf: float, frequencies: np.ndarray, norm: np.ndarray) -> np.ndarray:
     """idf * tf * (k1 + 1) / (tf + norm) in float32, the same operations in the same order as that
-    expression, but in two buffers instead of five: a common term of a 100,000-message conversation holds
-    tens of thousands of items (bench/context_latency.py). `norm` (a gathered copy) is overwritten."""
+    expression, but in two buffers instead of five: a common term of a long conversation holds tens of
+    thousands of items. `norm` (a gathered copy) is overwritten."""
     part = frequencies.astype(np.float32)
     np.add(part, norm, out=norm)  # tf + norm
     np.multiply(part, np.float32(idf), out=part)
     np.multiply(part, np.float32(K1 + 1), out=part)
-    return np.divide(part, norm, out=part)
+    quotient: np.ndarray = np.divide(part, norm, out=part)
+    return quotient
 
 
 class Vectors:
     """The vectors of some items (normalised, of one embedding model), scored by cosine similarity with a
     query through one matrix. The matrix grows in place as vectors are added (a row per item, in the order
     items first got a vector), so a vector appended after a search costs one row, not a rebuild of the
-    whole matrix (~117,000 rows at 100,000 messages). Rows in full blocks of prescan.BLOCK_ROWS are scored
-    first in int8 (providers.prescan), the best prescan.RESCORE_ROWS of them again exactly; the rows after
+    whole matrix. Rows in full blocks of prescan.BLOCK_ROWS are scored
+    first in int8 (retrieval.prescan), the best prescan.RESCORE_ROWS of them again exactly; the rows after
     the last full block exactly.
 
     The matrix is the only copy a vector keeps once written: a vector given to the table is held (with
-    whatever buffer it is a view of, e.g. a database row's blob) only until the next search writes it. With
-    a second copy of each beside the matrix, a 100,000-message conversation's index took 266.7 MB, 170.1 MB
-    without (bench/context_latency.py, "first call +MB"; docs/benchmarks.md)."""
+    whatever buffer it is a view of, e.g. a database row's blob) only until the next search writes it: a
+    second copy of each beside the matrix made a long conversation's index much larger."""
 
     def __init__(self) -> None:
         self.model = ""
@@ -340,9 +340,8 @@ SAMPLE_PER_BEST = 16
 def best_positions(values: np.ndarray, count: int, where: np.ndarray | None = None) -> np.ndarray:
     """Positions of the `count` largest values (among those `where` holds; all of them when fewer), in no
     particular order. In a large array only the values above a threshold are partitioned: the threshold
-    that a strided sample puts at about twice `count` (the best 1,000 of 117,000 values: 0.22 ms, where a
-    partition of all of them took 1.57 ms); when fewer than `count` of the allowed values pass it, all of
-    them are."""
+    that a strided sample puts at about twice `count` (much cheaper than partitioning all of them); when
+    fewer than `count` of the allowed values pass it, all of them are."""
     if count <= 0:
         return np.zeros(0, dtype=np.int64)
     allowed = np.ones(len(values), dtype=bool) if where is None else where

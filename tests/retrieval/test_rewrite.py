@@ -5,7 +5,7 @@ the user's own words."""
 import pytest
 
 from memory.archival import archival_insert
-from memory.rewrite import query_rewrite
+from retrieval.rewrite import query_rewrite
 from tenants.services import end_user_get_or_create
 from tests.summaries.helpers import append, context
 
