@@ -11,8 +11,8 @@ from itertools import islice
 from typing import Any
 
 from context.state import ContextState
-from conversations.embedding import message_vectors_request
 from conversations.models import Message
+from conversations.tasks import message_vectors_request
 from knowledge.retrieval import knowledge_candidates
 from memory.archival import archival_search
 from memory.history_index import (
