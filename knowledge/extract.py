@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
+from knowledge.languages import language_for
+
 
 class ExtractionError(Exception):
     """A file that cannot be read: `code` is machine-readable, the message says why in a sentence."""
@@ -61,8 +63,6 @@ ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", "
 def detect_format(name: str, head: bytes) -> str | None:
     """The format a file is read as, from its name and first bytes; None when no reader takes it. A code
     file answers "code", an archive "archive"."""
-    from knowledge.code import language_for
-
     lower = name.lower()
     if lower.endswith(ARCHIVES):
         return "archive"
