@@ -42,6 +42,7 @@ _COMMENTS = {"comment", "line_comment", "block_comment"}
 
 @lru_cache(maxsize=8)
 def _parser(language: str) -> Any:
+    # tree-sitter and each grammar package load only when code of that language arrives.
     from tree_sitter import Language, Parser
 
     if language == "python":
