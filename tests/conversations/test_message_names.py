@@ -11,7 +11,7 @@ from conversations.selectors import conversation_participants
 from conversations.services import compaction_records_append, message_append_batch, message_update
 from providers.tokens import count_message
 from tenants.errors import ApplicationError
-from tests.conversations.test_transcript import export, import_transcript, lines_of
+from tests.conversations.transcripts import export, import_transcript, lines_of
 
 pytestmark = pytest.mark.django_db
 
