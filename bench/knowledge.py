@@ -149,7 +149,8 @@ def first_rank(chunks, target: Target) -> int | None:
 def ingest_repository(tenant, files: dict[str, bytes]) -> tuple[str, float]:
     from django.core.files.uploadedfile import SimpleUploadedFile
 
-    from knowledge.services import Scope, document_process, documents_upload
+    from knowledge.processing import document_process
+    from knowledge.services import Scope, documents_upload
 
     upload = SimpleUploadedFile("django.tar.gz", tar_of(files))
     started = time.perf_counter()
@@ -278,7 +279,8 @@ def run(args: argparse.Namespace) -> tuple[str, bool]:
     parse_pdf = parse_only_pdf(pdf)
     from django.core.files.uploadedfile import SimpleUploadedFile
 
-    from knowledge.services import Scope, document_process, documents_upload
+    from knowledge.processing import document_process
+    from knowledge.services import Scope, documents_upload
 
     started = time.perf_counter()
     [pdf_doc] = documents_upload(tenant=tenant, files=[SimpleUploadedFile("gen.pdf", pdf)], scope=Scope())

@@ -27,6 +27,7 @@ from cold_storage.imaging import (
 from cold_storage.models import ArchivedImage
 from cold_storage.storage import COLD, HOT, tier_storage
 from tenants.errors import ApplicationError
+from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
 
@@ -279,8 +280,6 @@ def images_purge_expired(*, now: Any = None, batch: int = 500) -> PurgeReport:
     """Delete the bytes of cold, unpinned images older than their tenant's retention; the rows stay (marked
     purged) so a placeholder still names what was there and GET answers 410. Also finishes moves to the cold
     tier that a failed background task left undone. Returns what it freed."""
-    from tenants.models import Tenant
-
     now = now or timezone.now()
     report = PurgeReport()
     stranded = list(

@@ -5,14 +5,15 @@ import logging
 
 from celery import shared_task
 
+from cold_storage.services import images_move_to_cold as move
+from cold_storage.services import images_purge_expired as purge
+
 logger = logging.getLogger(__name__)
 
 
 @shared_task(autoretry_for=(OSError,), retry_backoff=True, max_retries=5)
 def images_move_to_cold(image_ids: list[str]) -> int:
     """Move compacted images' bytes to the cold tier (queued when a turn is compacted)."""
-    from cold_storage.services import images_move_to_cold as move
-
     return move(image_ids=image_ids)
 
 
@@ -20,8 +21,6 @@ def images_move_to_cold(image_ids: list[str]) -> int:
 def images_purge_expired() -> dict:
     """Daily (CELERY_BEAT_SCHEDULE): delete the bytes of cold, unpinned images past their tenant's
     retention, and report what was freed."""
-    from cold_storage.services import images_purge_expired as purge
-
     report = purge().as_dict()
     logger.info(
         "image retention: freed %s images, %s bytes (moved %s stranded images to cold) %s",

@@ -1,5 +1,6 @@
 """Reads the environment once, strictly: a malformed value stops start-up with a clear message."""
 
+import json
 from pathlib import Path
 
 import environ
@@ -48,8 +49,6 @@ def env_str(name: str, default: str = "") -> str:
 
 
 def env_json_object(name: str) -> dict:
-    import json
-
     raw = env.str(name, default="").strip()
     if not raw:
         return {}

@@ -6,8 +6,10 @@ pages keep Django's own error pages."""
 import logging
 from collections.abc import Callable
 
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.views.defaults import bad_request, server_error
 
+from context.proxy.errors import ProxyError, error_payload, proxy_format
 from tenants.errors import REQUEST_ID_HEADER, request_id_assign
 
 logger = logging.getLogger("mnemo.errors")
@@ -41,8 +43,6 @@ def api_error(request: HttpRequest, status: int, message: str | None = None) -> 
     code = _STATUS_CODES.get(status, "internal_error" if status >= 500 else "error")
     message = message or _MESSAGES.get(status, "The request failed.")
     if request.path.startswith("/v1/"):
-        from context.proxy.errors import ProxyError, error_payload, proxy_format
-
         error = ProxyError(message, code=code, status=status)
         body = error_payload(error, proxy_format(request), request_id=request_id)
     else:
@@ -97,8 +97,6 @@ class ApiErrorMiddleware:
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not is_api(request):
             return None  # the admin and the pages: Django's handling
-        from django.http import Http404
-
         if isinstance(exception, Http404):
             return api_error(request, 404, "Not found.")
         unhandled_log(request, exception)
@@ -121,14 +119,10 @@ def handler500(request: HttpRequest) -> HttpResponse:
     """A failure outside a view (a middleware's): under /api/ and /v1/ the JSON shape, elsewhere Django's."""
     if is_api(request):
         return api_error(request, 500)
-    from django.views.defaults import server_error
-
     return server_error(request)
 
 
 def handler400(request: HttpRequest, exception: Exception) -> HttpResponse:
     if is_api(request):
         return api_error(request, 400, "The request could not be read.")
-    from django.views.defaults import bad_request
-
     return bad_request(request, exception)

@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Callable
 
+import redis
 from django.conf import settings
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
@@ -66,8 +67,6 @@ def _check_database() -> str:
 def _check_redis() -> str:
     if not settings.REDIS_URL:
         return "not configured"
-    import redis
-
     client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
     try:
         client.ping()

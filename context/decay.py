@@ -18,7 +18,8 @@ from knowledge.attachments import (
     AttachmentQuery,
     conversation_attachments,
 )
-from knowledge.vision import image_descriptions_request, vision_status
+from knowledge.tasks import image_descriptions_request
+from knowledge.vision import vision_status
 from prefix_cache.accounting import count_cached
 from prefix_cache.rendering import Item
 from providers.tokens import MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS, truncate_text

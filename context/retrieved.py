@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from context.state import ContextState
-from conversations.embedding import message_vectors_request
+from conversations.tasks import message_vectors_request
 from prefix_cache.accounting import count_cached
 from prefix_cache.rendering import Item
 from retrieval.candidates import (

@@ -32,7 +32,7 @@ class TurnInline(admin.TabularInline):
 
 
 def conversation_label(conversation: Conversation) -> str:
-    """How a conversation is told apart in lists, filters and pickers (#18 item 5): its end user, short id,
+    """How a conversation is told apart in lists, filters and pickers: its end user, short id,
     creation time and message count, then its title."""
     end_user = conversation.end_user.external_id if conversation.end_user_id else "no end user"
     created = timezone.localtime(conversation.created_at).strftime("%Y-%m-%d %H:%M")
@@ -122,7 +122,7 @@ class ConversationAdmin(TenantScopedAdmin):
         return super().change_view(request, object_id, form_url, extra_context)
 
     def _transcript(self, conversation: Conversation, number: str) -> dict[str, Any]:
-        """One page of the conversation as it reads (#18 item 6): roles, text, image thumbnails, partial
+        """One page of the conversation as it reads: roles, text, image thumbnails, partial
         and error replies marked, compaction boundaries as rules and summaries as such."""
         messages = Message.objects.filter(conversation=conversation).order_by("seq")
         paginator = Paginator(messages, self.transcript_page_size)
@@ -201,7 +201,7 @@ class MessageAdminForm(forms.ModelForm):
 
 
 def error_sentences(detail: Any, path: tuple[str, ...] = ()) -> list[str]:
-    """DRF's nested error detail as sentences a person reads (#18 item 7): "Part 1: Unknown part type…"
+    """DRF's nested error detail as sentences a person reads: "Part 1: Unknown part type…"
     instead of {'parts': {'0': [ErrorDetail(string=…)]}}."""
     if isinstance(detail, dict):
         return [s for key, value in detail.items() for s in error_sentences(value, (*path, str(key)))]
@@ -217,7 +217,7 @@ class MessageAdmin(AppendOnlyAdmin):
     # Messages arrive through the API; an operator may correct one's content (recounted below).
     form = MessageAdminForm
     tenant_lookup = "conversation__tenant"
-    # Narrow columns, so the content has the room at 1,400 px (#18 item 5): role and kind in one, the
+    # Narrow columns, so the content has the room at 1,400 px: role and kind in one, the
     # flags as one state.
     list_display = ["seq", "conversation_short", "role_kind", "preview", "tokens", "state"]
     list_filter = [ConversationFilter, "role", "kind", "completed", "is_error"]

@@ -1,10 +1,10 @@
 """Retrieval vectors of messages, computed after the append has answered: one vector per passage
 (providers.passages) with the local embedding model (providers.embeddings), stored as a MessageVector.
 
-A Celery task does the work (providers.background: a worker with a broker, the server's own worker process in
-the embedded mode, so `make run` appends never wait for the model). Every run fills what is missing, oldest
-first, so it is idempotent and resumable whatever stopped the last one; `manage.py embeddings_backfill` runs
-the same fill over existing conversations."""
+A Celery task does the work (conversations.tasks queues it; providers.background: a worker with a broker,
+the server's own worker process in the embedded mode, so `make run` appends never wait for the model). Every
+run fills what is missing, oldest first, so it is idempotent and resumable whatever stopped the last one;
+`manage.py embeddings_backfill` runs the same fill over existing conversations."""
 
 import hashlib
 import logging
@@ -18,18 +18,15 @@ from django.db.models.functions import Cast
 
 from conversations.models import Conversation, Message, MessageVector
 from conversations.signals import vectors_written
-from providers.background import task_queue_once
 from providers.embeddings import embedder_status, to_bytes
 from providers.passages import passage_spans
 
 logger = logging.getLogger(__name__)
 
-# Messages read per round, and passages per call of the model (long passages in batches of 8 ran twice as
-# fast as in batches of 32 on this machine's CPU: onnxruntime's working set stays in cache).
+# Messages read per round, and passages per call of the model (small batches of long passages run faster
+# than large ones on a CPU: onnxruntime's working set stays in cache).
 FILL_BATCH = 64
 EMBED_BATCH = 8
-# A queued Celery run is marked this long (the run clears the mark when it starts; a lost run is replaced).
-QUEUED_MARK_SECONDS = 300
 
 
 def content_sha256(model: str, content: str) -> str:
@@ -39,8 +36,8 @@ def content_sha256(model: str, content: str) -> str:
 def _next_missing(conversation_id: Any, model: str, *, after: int, size: int) -> list[Any]:
     """The next `size` messages after seq `after` without vectors of `model`, in seq order. Only those are
     read: a conversation whose older messages all have vectors (the usual case, an append at its end) is not
-    read again from its first message, whose content each run used to load (10,000 messages: ~0.6 s a run
-    for three new ones)."""
+    read again from its first message, whose content a long conversation would otherwise load on every run
+    for a few new ones)."""
     has_vectors = MessageVector.objects.filter(message_id=OuterRef("pk"), model=model)
     return list(
         Message.objects.filter(conversation_id=conversation_id, kind=Message.Kind.MESSAGE, seq__gt=after)
@@ -182,20 +179,7 @@ def message_vectors_due(*, since: Any, limit: int) -> list[Any]:
     )
 
 
-def message_vectors_request(*, conversation_id: Any) -> None:
-    """Called when messages were written (on commit): have their vectors computed in the background. While a
-    run is queued, later appends are left to it (one cache operation each, not a task message each)."""
-    if not settings.MNEMO_EMBED_ON_APPEND or embedder_status().embedder is None:
-        return
-    from conversations.tasks import message_vectors_conversation
-
-    task_queue_once(
-        message_vectors_conversation,
-        str(conversation_id),
-        mark=vectors_queued_key(conversation_id),
-        mark_seconds=QUEUED_MARK_SECONDS,
-    )
-
-
-def vectors_queued_key(conversation_id: Any) -> str:
-    return f"mnemo:vectors:queued:{conversation_id}"
+def vectors_on_append() -> bool:
+    """Whether written messages have their vectors computed in the background: configured, and a model to
+    compute them with."""
+    return bool(settings.MNEMO_EMBED_ON_APPEND) and embedder_status().embedder is not None

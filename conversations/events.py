@@ -75,11 +75,10 @@ def events_bind_loop(loop: asyncio.AbstractEventLoop) -> None:
 # processes (channels_redis) hands its events to a loop on a thread of its own, started on first use: one
 # loop for the process instead of a thread and a loop per event, and the events leave in order. The loop
 # has a layer instance of its own: a layer's connections belong to the loop that opened them.
-# It pays (bench/events.py, docs/benchmarks.md; 2 cores at load 6, SQLite, local Redis, 300 appends): against
-# the plain async_to_sync(group_send) per event on commit, which starts an event loop, and channels_redis
-# its connections for that loop, for every event, the append's thread spends 20-34 µs on an event instead of
-# 8.8-15 ms, an append takes 0.7-2.8 ms instead of 11-18 ms (p50), and 300 events are out in 1.4-2.1 s
-# instead of 4.5-5.6 s. The in-memory layer keeps the plain call below: its queues live in one layer
+# It pays (bench/events.py; the figures are in docs/benchmarks.md): the plain async_to_sync(group_send) per
+# event on commit starts an event loop, and channels_redis its connections for that loop, for every event,
+# which costs the append's thread far more than handing the event over, and delays the events behind it.
+# The in-memory layer keeps the plain call below: its queues live in one layer
 # instance, which a loop of its own would not share.
 _publisher_loop: asyncio.AbstractEventLoop | None = None
 _publisher_layer: Any = None

@@ -18,7 +18,6 @@ from django.utils.dateparse import parse_datetime
 from rest_framework.exceptions import ValidationError
 
 from cold_storage.selectors import images_by_id
-from conversations.embedding import message_vectors_request
 from conversations.models import Conversation, Message, Turn
 from conversations.parts import iter_image_parts, parts_validate
 from conversations.services import (
@@ -29,6 +28,7 @@ from conversations.services import (
     message_token_count,
 )
 from conversations.signals import exchange_completed
+from conversations.tasks import message_vectors_request
 from tenants.errors import ApplicationError
 from tenants.models import Tenant
 from tenants.services import end_user_get_or_create

@@ -14,56 +14,22 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
 from cold_storage import services as images
 from cold_storage.imaging import DecodedImage
 from cold_storage.models import ArchivedImage
 from cold_storage.selectors import image_previous, images_by_id
-from conversations.parts import UNAVAILABLE, image_line, iter_image_parts
-from providers.images import image_tokens
-from providers.tokens import count_text
+from cold_storage.tasks import images_move_to_cold
+from conversations.models import Message, Turn
+from conversations.parts import iter_image_parts
+from conversations.tokens import message_token_count, parts_image_tokens
 from tenants.errors import ApplicationError
 
 ERROR_ROLE = "error"
 
 logger = logging.getLogger(__name__)
-
-
-# --- token counts -----------------------------------------------------------------------------------------
-
-
-def parts_image_tokens(
-    parts: list[dict[str, Any]],
-    *,
-    tenant_id: Any,
-    model: str,
-    sizes: dict[str, tuple[int, int]] | None = None,
-) -> int:
-    """Tokens the images of these parts cost: a duplicate or a placeholder costs its line of text, a kept
-    image its provider's rule (providers/images.py). Parts not stored yet (data/upload) count nothing here.
-    Sizes are read inside the tenant only: another tenant's image counts as unavailable, so a count cannot
-    tell whether that image exists or how large it is."""
-    stored = [p for p in iter_image_parts(parts) if "image_id" in p]
-    if not stored:
-        return 0
-    sizes = dict(sizes or {})
-    missing = {p["image_id"] for p in stored if image_line(p) is None and p["image_id"] not in sizes}
-    if missing:
-        rows = ArchivedImage.objects.filter(tenant_id=tenant_id, pk__in=missing)
-        for image_id, width, height in rows.values_list("pk", "width", "height"):
-            sizes[image_id] = (width, height)
-    total = 0
-    for part in stored:
-        line = image_line(part)
-        if line is None and part["image_id"] not in sizes:
-            line = UNAVAILABLE.format(image_id=part["image_id"])
-        if line is not None:
-            total += count_text(line, model=model) + 1  # the line break that joins it to the text
-        else:
-            width, height = sizes[part["image_id"]]
-            total += image_tokens(width=width, height=height, model=model, detail=part.get("detail", "auto"))
-    return total
 
 
 # --- intake -----------------------------------------------------------------------------------------------
@@ -136,8 +102,6 @@ def intake_prepare(
 
 
 def _read_upload(upload: Any) -> bytes:
-    from django.conf import settings
-
     limit = settings.MNEMO_IMAGE_MAX_BYTES
     if getattr(upload, "size", 0) > limit:
         raise ApplicationError(
@@ -279,8 +243,6 @@ def turn_compact(*, turn: Any, model: str, now: Any) -> CompactionResult | None:
     """Apply the visual compaction policy to an ended turn (see the module docstring). Call with the
     conversation row locked; returns None when there is nothing to do (no images, or done already), so
     ending a turn twice, or from two requests at once, compacts it once."""
-    from conversations.models import Turn
-
     if turn.status != Turn.Status.ENDED:
         return None
     frames = _turn_frames(turn)
@@ -305,8 +267,6 @@ def turn_compact(*, turn: Any, model: str, now: Any) -> CompactionResult | None:
 
 def _turn_frames(turn: Any) -> list[_Frame]:
     """Every stored image part of the turn's messages, in order."""
-    from conversations.models import Message
-
     messages = (
         Message.objects.filter(turn=turn)
         .order_by("seq")
@@ -362,7 +322,7 @@ def _frames_compact(
                 and not part.get("duplicate_of")
             ):
                 # A kept frame of an ended turn is context, not the screen being acted on: OpenAI's low
-                # detail (a 512-px view, 85 tokens) instead of ~1,100 tokens for a 1080p frame.
+                # detail (one small fixed-size view) costs a fraction of a full-resolution frame.
                 part["detail"] = "low"
                 touched[message.pk] = message
             continue
@@ -380,8 +340,6 @@ def _messages_recount(
     touched: dict[Any, Any], *, tenant_id: Any, model: str, result: CompactionResult
 ) -> None:
     """Stores the changed messages' parts with their new token counts, adding both counts to `result`."""
-    from conversations.models import Message
-
     for message in touched.values():
         result.tokens_before += message.token_count
         message.token_count = _recount(message, tenant_id=tenant_id, model=model)
@@ -391,16 +349,12 @@ def _messages_recount(
 
 def history_image_detail(turn: Any) -> str:
     """Detail of the kept frames of ended turns: "low" (the default) or "keep" (as sent)."""
-    from django.conf import settings
-
     tenant_settings = turn.conversation.tenant.settings or {}
     value = tenant_settings.get("history_image_detail") or settings.MNEMO_HISTORY_IMAGE_DETAIL
     return "keep" if value == "keep" else "low"
 
 
 def _recount(message: Any, *, tenant_id: Any, model: str) -> int:
-    from conversations.services import message_token_count
-
     return message_token_count(
         role=message.role,
         content=message.content,
@@ -412,8 +366,6 @@ def _recount(message: Any, *, tenant_id: Any, model: str) -> int:
 
 
 def _queue_move(image_ids: list[str]) -> None:
-    from cold_storage.tasks import images_move_to_cold
-
     try:
         images_move_to_cold.delay(image_ids)
     except Exception:

@@ -7,6 +7,7 @@ are skipped and listed. Nothing is written to disk."""
 import io
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -149,6 +150,4 @@ def _tar_members(
 
 
 def zlib_error() -> type[Exception]:
-    import zlib
-
     return zlib.error

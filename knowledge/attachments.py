@@ -22,6 +22,7 @@ from django.db.models import Case, Q, QuerySet, Value, When
 
 from cold_storage.models import ArchivedImage
 from conversations.models import Conversation, Message
+from conversations.parts import iter_image_parts
 from knowledge.models import Chunk, Document
 from knowledge.vision import descriptions_by_sha256, human_size, offline_description
 from providers.tokens import truncate_text
@@ -416,8 +417,6 @@ def _image_priority(image: ArchivedImage, query: AttachmentQuery, reply_seq: int
 
 
 def _image_parts(parts: Any) -> list[dict[str, Any]]:
-    from conversations.parts import iter_image_parts
-
     return list(iter_image_parts(parts)) if isinstance(parts, list) else []
 
 

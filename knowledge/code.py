@@ -8,38 +8,13 @@ windows of lines."""
 import logging
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import PurePosixPath
 from typing import Any
 
 from knowledge.chunking import MAX_TOKENS, TARGET_TOKENS, Draft
+from knowledge.languages import language_for
 from providers.tokens import count_text
 
 logger = logging.getLogger(__name__)
-
-LANGUAGES = {
-    ".py": "python",
-    ".pyi": "python",
-    ".js": "javascript",
-    ".mjs": "javascript",
-    ".cjs": "javascript",
-    ".jsx": "javascript",
-    ".ts": "typescript",
-    ".mts": "typescript",
-    ".cts": "typescript",
-    ".tsx": "tsx",
-    ".java": "java",
-    ".go": "go",
-}
-# Read as windows of lines (no grammar shipped for them).
-LINE_LANGUAGES = {
-    ".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".hpp": "cpp", ".cs": "csharp", ".rs": "rust",
-    ".rb": "ruby", ".php": "php", ".kt": "kotlin", ".swift": "swift", ".scala": "scala", ".sh": "shell",
-    ".bash": "shell", ".sql": "sql", ".lua": "lua", ".r": "r", ".m": "objc", ".css": "css", ".scss": "css",
-    ".vue": "vue", ".svelte": "svelte", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".ini": "ini",
-    ".cfg": "ini", ".json": "json", ".xml": "xml", ".proto": "protobuf", ".gradle": "gradle",
-    ".dockerfile": "dockerfile", ".tf": "terraform", ".ex": "elixir", ".exs": "elixir", ".dart": "dart",
-}  # fmt: skip
-NAMED_FILES = {"dockerfile": "dockerfile", "makefile": "make"}
 
 # Node types that are definitions, per grammar.
 DEFINITIONS = {
@@ -65,13 +40,9 @@ _CONTAINERS = ("class", "interface", "enum", "record", "type_spec", "annotation_
 _COMMENTS = {"comment", "line_comment", "block_comment"}
 
 
-def language_for(path: str) -> str:
-    name = PurePosixPath(path.lower())
-    return LANGUAGES.get(name.suffix) or LINE_LANGUAGES.get(name.suffix) or NAMED_FILES.get(name.name, "")
-
-
 @lru_cache(maxsize=8)
 def _parser(language: str) -> Any:
+    # tree-sitter and each grammar package load only when code of that language arrives.
     from tree_sitter import Language, Parser
 
     if language == "python":

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
+from knowledge.languages import language_for
+
 
 class ExtractionError(Exception):
     """A file that cannot be read: `code` is machine-readable, the message says why in a sentence."""
@@ -61,8 +63,6 @@ ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", "
 def detect_format(name: str, head: bytes) -> str | None:
     """The format a file is read as, from its name and first bytes; None when no reader takes it. A code
     file answers "code", an archive "archive"."""
-    from knowledge.code import language_for
-
     lower = name.lower()
     if lower.endswith(ARCHIVES):
         return "archive"
@@ -214,6 +214,8 @@ def extract_csv(data: bytes) -> list[Block]:
 
 
 def extract_pdf(data: bytes) -> list[Block]:
+    # A reader's library loads only when a file of its format arrives: a server that is never sent one
+    # does not pay for it.
     from pypdf import PdfReader
     from pypdf.errors import PdfReadError
 
@@ -236,6 +238,8 @@ def extract_pdf(data: bytes) -> list[Block]:
 
 def extract_docx(data: bytes) -> list[Block]:
     """Paragraphs and table rows in body order, each under the heading path it follows."""
+    # A reader's library loads only when a file of its format arrives: a server that is never sent one
+    # does not pay for it.
     import docx
     from docx.table import Table
     from docx.text.paragraph import Paragraph
@@ -266,6 +270,8 @@ def _heading_level(style: str) -> int:
 
 
 def extract_xlsx(data: bytes) -> list[Block]:
+    # A reader's library loads only when a file of its format arrives: a server that is never sent one
+    # does not pay for it.
     import openpyxl
 
     workbook = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
@@ -281,6 +287,8 @@ def extract_xlsx(data: bytes) -> list[Block]:
 
 def extract_pptx(data: bytes) -> list[Block]:
     """One block per text frame, the slide number as the page and its title as the heading."""
+    # A reader's library loads only when a file of its format arrives: a server that is never sent one
+    # does not pay for it.
     from pptx import Presentation
 
     presentation = Presentation(io.BytesIO(data))
@@ -307,6 +315,8 @@ _HTML_HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 def extract_html(data: bytes) -> list[Block]:
     """Text of the innermost block elements in document order under their heading path; scripts, styles
     and navigation dropped. Text outside any block element (a bare <body>) is one block per line run."""
+    # A reader's library loads only when a file of its format arrives: a server that is never sent one
+    # does not pay for it.
     from bs4 import BeautifulSoup
 
     soup = BeautifulSoup(decode_text(data), "html.parser")

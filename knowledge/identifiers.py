@@ -10,7 +10,7 @@ from functools import lru_cache
 import snowballstemmer
 
 # No stopword list: BM25's IDF already weighs "the" and "of" near zero, and in code search they carry the
-# phrasing a docstring query repeats (bench/knowledge.py: docstring MRR@10 0.88 with a list, 0.90 without).
+# phrasing a docstring query repeats (bench/knowledge.py ranks docstring queries better without a list).
 _IDENTIFIER = re.compile(r"[^\W_]+(?:_+[^\W_]+)*|[^\W\d_]+", re.UNICODE)
 # An acronym before a capitalised word, a capitalised or lower-case word, an acronym, digits.
 _PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+|[^\W\d_A-Za-z]+")
@@ -59,7 +59,7 @@ NAME_WORDS = 6
 def looks_like_a_name(query: str) -> bool:
     """A short query without articles ("get user name", "QuerySet filter"), not a sentence: what fuzzy
     symbol matching and joined words are for. On prose (a docstring's sentence) both only add noise
-    (bench/knowledge.py measured MRR@10 0.81 with them, 0.85 without, on Django's docstrings)."""
+    (bench/knowledge.py ranks prose queries better without them)."""
     words = re.findall(r"[^\W_]+", query.lower())
     return len(words) <= NAME_WORDS and not PROSE_MARKERS.intersection(words)
 

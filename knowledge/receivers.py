@@ -14,6 +14,9 @@ from django.dispatch import receiver
 from cold_storage.models import ArchivedImage
 from knowledge.models import Document, ImageDescription
 from knowledge.storage import document_storage
+from knowledge.tasks import image_description_request
+from knowledge.vision import vision_status
+from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +45,6 @@ def image_describe_queue(sender: Any, instance: ArchivedImage, created: bool, **
 
     def queue() -> None:
         # Checked after commit, so the append's own transaction gains no query.
-        from knowledge.vision import image_description_request, vision_status
-        from tenants.models import Tenant
-
         tenant = Tenant.objects.filter(pk=tenant_id).first()
         if tenant is not None and vision_status(tenant).config is not None:
             image_description_request(image_id=image_id)

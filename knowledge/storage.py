@@ -1,6 +1,8 @@
 """Where document bytes live: the storage alias "documents" when settings.STORAGES names one (any Django
 backend), else files under MEDIA_ROOT/documents written with cold_storage's write-then-link."""
 
+import os
+
 from django.conf import settings
 from django.core.files.storage import Storage, storages
 
@@ -20,6 +22,4 @@ def document_storage() -> Storage:
 
 
 def _expected_location() -> str:
-    import os
-
     return os.path.join(settings.MEDIA_ROOT, "documents")

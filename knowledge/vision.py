@@ -5,7 +5,6 @@ shows it says so (vision_status)."""
 
 import base64
 import dataclasses
-import functools
 import logging
 import uuid
 from dataclasses import dataclass
@@ -16,8 +15,10 @@ from django.core.cache import cache
 from django.db import IntegrityError, transaction
 
 from cold_storage.models import ArchivedImage
+from cold_storage.selectors import ImageBytesUnavailable, image_bytes
 from knowledge.models import ImageDescription
 from providers.llm import LLMConfig, LLMError, chat, llm_config
+from tenants.llm_budget import llm_budget_fallback_record, llm_budget_left, llm_usage_record
 from tenants.models import Tenant
 from tenants.settings_schema import settings_usable
 
@@ -125,24 +126,9 @@ def descriptions_by_sha256(*, tenant_id: uuid.UUID, sha256s: set[str]) -> dict[s
 # --- describing -------------------------------------------------------------------------------------------
 
 
-def _keys(image: ArchivedImage) -> tuple[str, str]:
+def description_keys(image: ArchivedImage) -> tuple[str, str]:
     base = f"knowledge:describe:{image.tenant_id}:{image.sha256}"
     return f"{base}:lock", f"{base}:failed"
-
-
-def image_description_request(*, image_id: str) -> None:
-    from knowledge.tasks import image_describe_task
-    from providers.background import task_send
-
-    task_send(image_describe_task, image_id)
-
-
-def image_descriptions_request(*, tenant: Tenant, images: list[ArchivedImage]) -> int:
-    """Queue (on commit) the images that lack a description and did not fail lately. Returns how many."""
-    due = [image for image in images if cache.get(_keys(image)[1]) is None]
-    for image in due:
-        transaction.on_commit(functools.partial(image_description_request, image_id=image.id))
-    return len(due)
 
 
 def image_describe(*, image_id: str) -> ImageDescription | None:
@@ -159,7 +145,7 @@ def image_describe(*, image_id: str) -> ImageDescription | None:
     config = vision_status(image.tenant).config
     if config is None or not _budget_allows(image.tenant):
         return None
-    lock, failed = _keys(source)
+    lock, failed = description_keys(source)
     if cache.get(failed) is not None or not cache.add(lock, 1, LOCK_SECONDS):
         return None
     try:
@@ -171,9 +157,6 @@ def image_describe(*, image_id: str) -> ImageDescription | None:
 def _describe(
     image: ArchivedImage, *, tenant: Tenant, config: LLMConfig, failed_key: str
 ) -> ImageDescription | None:
-    from cold_storage.selectors import ImageBytesUnavailable, image_bytes
-    from tenants.llm_budget import llm_usage_record
-
     try:
         data = image_bytes(image)
     except ImageBytesUnavailable as exc:
@@ -205,8 +188,6 @@ def _describe(
 
 
 def _budget_allows(tenant: Tenant) -> bool:
-    from tenants.llm_budget import llm_budget_fallback_record, llm_budget_left
-
     monthly = settings_usable(tenant.settings).get("llm_monthly_token_budget")
     if not isinstance(monthly, int) or isinstance(monthly, bool) or monthly < 0:
         monthly = settings.MNEMO_LLM_MONTHLY_TOKENS

@@ -1,5 +1,5 @@
 """Admin: prefix hints, cache usage rows and the cache dashboard (hit rate over time, predicted vs actual,
-and per tenant the charts of #18 item 8)."""
+and per tenant the charts)."""
 
 from datetime import timedelta
 from typing import Any
@@ -13,6 +13,8 @@ from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
 
+from cold_storage.models import ArchivedImage
+from conversations.models import Message
 from prefix_cache.context_stats import context_call_days, degradation_days
 from prefix_cache.models import CacheUsage, PrefixHint
 from prefix_cache.selectors import cache_stats
@@ -93,7 +95,7 @@ class CacheUsageAdmin(ReadOnlyScopedAdmin):
         return TemplateResponse(request, "admin/prefix_cache/dashboard.html", context)
 
 
-# --- Charts (#18 item 8): server-side SVG, no script and no CDN. Lines and bars take the palette below, text
+# --- Charts: server-side SVG, no script and no CDN. Lines and bars take the palette below, text
 # and axes take currentColor, so they read in the admin's light and dark themes alike.
 CHART_W, CHART_H, PAD = 640, 180, 36
 PALETTE = ("#3f8fd2", "#d99a1e", "#3aa55d", "#c5504b", "#8a6fd1")
@@ -134,8 +136,6 @@ def bar_chart(bars: list[tuple[str, float]], unit: str = "") -> dict[str, Any]:
 def dashboard_charts(tenant: Tenant, days: list[dict[str, Any]]) -> dict[str, Any]:
     """The tenant's days as charts: tokens sent, cached and predicted cacheable; compactions a day; image
     storage by tier."""
-    from cold_storage.models import ArchivedImage
-    from conversations.models import Message
 
     labels = [str(row["key"]) for row in days]
     tokens = line_chart(

@@ -7,4 +7,5 @@ class PrefixCacheConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # Receivers connect once the app registry is ready (they name models).
         from prefix_cache import receivers  # noqa: F401

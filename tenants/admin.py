@@ -31,7 +31,7 @@ from tenants.settings_schema import (
     settings_validate,
 )
 
-# The site's names (#18 item 7): the title bar, the page titles and the index say Mnemo, not Django.
+# The site's names: the title bar, the page titles and the index say Mnemo, not Django.
 admin.site.site_header = "Mnemo administration"
 admin.site.site_title = "Mnemo admin"
 admin.site.index_title = "Tenants, conversations and memory"

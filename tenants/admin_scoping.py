@@ -178,7 +178,7 @@ class TenantScopedAdmin(admin.ModelAdmin):
         return queryset.filter(**self._tenant_filter(member_tenant_ids(request, roles)))
 
     def get_list_display(self, request: HttpRequest) -> Any:
-        """Every tenant-owned list says whose each row is: a tenant column after the first (#18 item 5)."""
+        """Every tenant-owned list says whose each row is: a tenant column after the first."""
         columns = list(super().get_list_display(request))
         if self.tenant_lookup and not self._names_tenant(columns):
             columns.insert(min(1, len(columns)), "tenant_column")

@@ -41,13 +41,11 @@ class ScopedRowLookup:
     """One row by primary key inside a scope column, with the row of one nullable foreign key joined, as a
     fixed statement built once from the models' metadata: what access_object(qs.select_related(fk), pk=…,
     scope=…) does, for the lookups every request of an endpoint family starts with. Django compiles a
-    queryset anew on every call (~0.35 ms of CPU for a conversation with its end user, four times the
-    round trip); the values go through the same database converters the ORM applies.
+    queryset anew on every call (for a conversation with its end user, several times the round trip in CPU);
+    the values go through the same database converters the ORM applies.
 
-    Kept because a benchmark shows it pays: 441 -> 89 us of CPU per conversation lookup (commit cdbf034), one
-    of the changes that took bench/append.py's PG+Redis granian row from 288 to 434 appends/s
-    (docs/benchmarks.md, Appends over HTTP). Without that margin, access_object(select_related) does the
-    same."""
+    Kept because a benchmark shows it pays (bench/append.py; docs/benchmarks.md, Appends over HTTP).
+    Without that margin, access_object(select_related) does the same."""
 
     def __init__(self, model: type[models.Model], *, scope: str, related: str) -> None:
         self.model = model

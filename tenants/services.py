@@ -6,6 +6,7 @@ from django.utils.text import slugify
 
 from tenants.errors import ApplicationError
 from tenants.models import ApiKey, EndUser, Tenant, hash_api_key
+from tenants.receivers import api_keys_uncache
 from tenants.settings_schema import SettingsInvalid, settings_validate
 from tenants.validation import text_is_clean
 
@@ -54,8 +55,6 @@ def api_key_create(*, tenant: Tenant, name: str = "default") -> tuple[ApiKey, st
 
 
 def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
-    from tenants.receivers import api_keys_uncache
-
     ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
     api_keys_uncache([api_key.prefix])  # update() sends no signal
     api_key.refresh_from_db(fields=["revoked_at"])

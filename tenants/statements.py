@@ -1,6 +1,6 @@
 """Querysets compiled once and run again with other values: for the reads every context call (and every
 proxied turn) makes, where Django building and compiling the SQL anew cost more CPU than the database took
-to answer (~0.3 ms a query against ~0.1 ms of round trip, bench/context_latency.py --profile).
+to answer (bench/context_latency.py --profile shows it).
 
 The sibling of tenants.scoping.ScopedRowLookup, for any queryset whose SQL depends only on which values
 are asked for, not on the values themselves (no `__in` lists, no None)."""

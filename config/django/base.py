@@ -90,7 +90,7 @@ ASGI_APPLICATION = "config.asgi.application"
 WSGI_APPLICATION = "config.wsgi.application"
 # Threads per server process that run HTTP requests (config/asgi.py); each holds at most one database
 # connection from the pool, so keep it at or below MNEMO_DB_POOL_MAX. The views hold the GIL most of the
-# time: 4 threads served more appends than 8 on 2 cores (fewer hand-offs of the GIL; bench/append.py).
+# time: a few threads serve more appends than many (fewer hand-offs of the GIL; bench/append.py).
 MNEMO_HTTP_THREADS = env_int("MNEMO_HTTP_THREADS", 4, minimum=1)
 
 TEMPLATES = [
@@ -184,7 +184,7 @@ if REDIS_URL:
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             # redis-py 8 reads with a 5 s timeout, the same as channels_redis's blocking receive, so an idle
-            # socket would die with TimeoutError (django/channels_redis#422): let the receive block.
+            # socket would die with TimeoutError (a known channels_redis behaviour): let the receive block.
             "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": None}], "prefix": "mnemo:ch"},
         }
     }
@@ -437,8 +437,6 @@ MNEMO_LLM_MONTHLY_TOKENS = env_int("MNEMO_LLM_MONTHLY_TOKENS", 2_000_000, minimu
 
 
 def _host_patterns(variable: str) -> list[str]:
-    import ipaddress
-
     values = [h.strip().lower().strip("[]") for h in env.list(variable, default=[]) if h.strip()]
     for value in values:
         name = value[2:] if value.startswith("*.") else value
@@ -453,8 +451,6 @@ def _host_patterns(variable: str) -> list[str]:
 
 
 def _networks(variable: str) -> list[str]:
-    import ipaddress
-
     values = [n.strip() for n in env.list(variable, default=[]) if n.strip()]
     for value in values:
         try:

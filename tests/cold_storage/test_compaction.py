@@ -162,7 +162,7 @@ def test_compaction_sends_a_turn_compacted_event(owner, conversation, django_cap
 
     turn = start_turn(owner, conversation, django_capture_on_commit_callbacks)
     ids = computer_use_turn(owner, conversation, [60, 61, 62])
-    with mock.patch("conversations.services.event_publish") as publish:
+    with mock.patch("conversations.services.turns.event_publish") as publish:
         end_turn(owner, conversation, turn, django_capture_on_commit_callbacks)
     events = {c.kwargs["event"]: c.kwargs["data"] for c in publish.call_args_list}
     assert set(events) == {"turn.ended", "turn.compacted"}

@@ -6,12 +6,12 @@ import json
 import pytest
 from django.db import connection
 
-from conversations import services
 from conversations.models import Conversation, Message
 from conversations.selectors import conversation_participants
 from conversations.services import compaction_records_append, message_append_batch, message_update
 from providers.tokens import count_message
-from tests.conversations.test_transcript import export, import_transcript, lines_of
+from tenants.errors import ApplicationError
+from tests.conversations.transcripts import export, import_transcript, lines_of
 
 pytestmark = pytest.mark.django_db
 
@@ -127,7 +127,7 @@ def test_the_service_checks_names_for_callers_other_than_the_api(conversation):
         {"role": "user", "name": "ok", "content": "a"},
         {"role": "user", "name": "bad\x07", "content": "b"},
     ]
-    with pytest.raises(services.ApplicationError) as refused:
+    with pytest.raises(ApplicationError) as refused:
         message_append_batch(conversation=conversation, items=items)
     assert (refused.value.code, refused.value.extra) == ("invalid_name", {"index": 1})
     assert not Message.objects.filter(conversation=conversation).exists()

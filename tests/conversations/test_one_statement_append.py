@@ -1,6 +1,6 @@
-"""On PostgreSQL a plain append is one statement (services._append_in_one_statement): it must write what the
-locked path writes, fall back to it for replays and races, and attach the turn that is active once it holds
-the conversation's row lock."""
+"""On PostgreSQL a plain append is one statement (conversations/services/one_statement.py): it must write
+what the locked path writes, fall back to it for replays and races, and attach the turn that is active once
+it holds the conversation's row lock."""
 
 import threading
 import time
@@ -11,10 +11,11 @@ from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from conversations import services
 from conversations.models import Conversation, Message
+from conversations.services import append as append_path
 from conversations.services import message_append_batch, turn_end, turn_start
 from conversations.signals import exchange_completed
+from tenants.errors import ApplicationError
 
 pytestmark = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="the one-statement append is PostgreSQL's (set DATABASE_URL)"
@@ -56,7 +57,7 @@ def test_it_writes_what_the_locked_path_writes(conversation, monkeypatch):
     }
     turn = turn_start(conversation=conversation)
     [fast] = _append(conversation, key="fast", **item)
-    monkeypatch.setattr(services, "_fits_one_statement", lambda row: False)
+    monkeypatch.setattr(append_path, "fits_one_statement", lambda row: False)
     [slow] = _append(conversation, key="slow", **item)
 
     fast_row, slow_row = (Message.objects.get(pk=r.message.pk) for r in (fast, slow))
@@ -74,7 +75,7 @@ def test_the_clients_created_at_rides_in_the_same_one_statement(conversation, mo
     with CaptureQueriesContext(connection) as queries:
         [fast] = _append(conversation, key="fast", created_at=dated)
     assert len(queries.captured_queries) == 1
-    monkeypatch.setattr(services, "_fits_one_statement", lambda row: False)
+    monkeypatch.setattr(append_path, "fits_one_statement", lambda row: False)
     [slow] = _append(conversation, key="slow", created_at=dated)
 
     stored = [Message.objects.get(pk=r.message.pk) for r in (fast, slow)]
@@ -91,7 +92,7 @@ def test_a_replay_takes_the_locked_path_and_answers_the_original(conversation):
     assert (first.created, again.created) == (True, False)
     assert again.message.pk == first.message.pk
     assert Conversation.objects.get(pk=conversation.pk).last_seq == 1  # no seq spent on the replay
-    with pytest.raises(services.ApplicationError) as refused:
+    with pytest.raises(ApplicationError) as refused:
         _append(conversation, key="same", content="something else")
     assert refused.value.code == "idempotency_conflict"
     assert Message.objects.filter(conversation=conversation).count() == 1

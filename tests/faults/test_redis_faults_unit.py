@@ -7,9 +7,8 @@ from django.core.cache import caches
 from kombu.exceptions import OperationalError
 
 from conversations import embedding
-from conversations.embedding import message_vectors_request
 from conversations.models import MessageVector
-from conversations.tasks import message_vectors_sweep
+from conversations.tasks import message_vectors_request, message_vectors_sweep
 from providers import background, embeddings
 from summaries.models import CompactionState
 from summaries.services import compaction_request

@@ -152,12 +152,12 @@ def test_bad_requests(owner):
 
 
 def test_processing_error_fails_the_document_instead_of_leaving_it_pending(owner, monkeypatch):
-    from knowledge import ingest
+    from knowledge import processing
 
     def explode(**kwargs):
         raise RuntimeError("reader bug")
 
-    monkeypatch.setattr(ingest, "ingest", explode)
+    monkeypatch.setattr(processing, "ingest", explode)
     document = upload(owner, ("a.md", NOTES)).json()["documents"][0]
     detail = owner.client.get(f"/api/v1/documents/{document['id']}").json()
     assert detail["status"] == "failed" and detail["error"]["code"] == "processing_error"
