@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import numpy as np
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from conversations.models import Conversation
@@ -67,7 +68,7 @@ class InsertOutcome:
     degradations: list[dict[str, str]] = field(default_factory=list)
 
 
-def live_memories(end_user: EndUser) -> Any:
+def live_memories(end_user: EndUser) -> QuerySet[ArchivalMemory]:
     """The end user's memories that no newer statement replaced."""
     return ArchivalMemory.objects.filter(end_user=end_user, invalidated_at__isnull=True)
 
