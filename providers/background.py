@@ -15,8 +15,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import close_old_connections
 
+from providers.embedded_worker import CHILD_ENV, EmbeddedWorker
 from providers.faults import QUEUE_UNAVAILABLE, service_fault
 
 logger = logging.getLogger(__name__)
@@ -83,8 +85,6 @@ def _embedded_submit(task: Any, args: tuple[Any, ...]) -> bool:
         return True
     with _worker_lock:
         if _worker is None:
-            from providers.embedded_worker import EmbeddedWorker
-
             _worker = EmbeddedWorker(cwd=settings.BASE_DIR, on_message=_from_worker)
     try:
         _worker.submit(task, args)
@@ -102,8 +102,6 @@ _notify: Callable[[dict[str, Any]], None] | None = None
 
 
 def in_embedded_worker() -> bool:
-    from providers.embedded_worker import CHILD_ENV
-
     return os.environ.get(CHILD_ENV) == "1"
 
 
@@ -189,8 +187,6 @@ def task_queue_once(
     operation per request instead of a task message; it expires so that a lost run is replaced."""
     if _embedded():
         return _embedded_submit(task, args)
-    from django.core.cache import cache
-
     if not cache.add(mark, 1, timeout=mark_seconds):
         return True
     return task_send_marked(task, *args, release=lambda: cache.delete(mark), countdown=countdown)
@@ -211,8 +207,6 @@ def task_send_marked(
 
 def task_started(mark: str) -> None:
     """Called by a run of task_queue_once before it reads its work: requests from now on queue the next."""
-    from django.core.cache import cache
-
     cache.delete(mark)
 
 
