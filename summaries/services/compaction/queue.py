@@ -187,7 +187,15 @@ def segments_replay_request(*, conversation_id: uuid.UUID | str) -> bool:
     )
 
 
-@shared_task(name="summaries.tasks.segments_replay_imported", bind=True, acks_late=True, max_retries=5)
+# Bounded like every other task, so the broker's visibility timeout (config/django/base.py) outlasts it.
+@shared_task(
+    name="summaries.tasks.segments_replay_imported",
+    bind=True,
+    acks_late=True,
+    max_retries=5,
+    soft_time_limit=600,
+    time_limit=660,
+)
 def segments_replay_imported(self, conversation_id: str) -> int:
     """Make the segments of an imported transcript from its summary records, under the compaction lock (a
     compaction run that holds it replays first). Returns how many live segments it has."""
