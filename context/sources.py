@@ -19,7 +19,7 @@ from prefix_cache.rendering import Item, canonical_json
 from retrieval.rewrite import query_rewrite
 from summaries.conf import compaction_config
 from summaries.selectors import history_start_seq, segment_prompt_text, segment_source, segments_live
-from summaries.services import compaction_queued, compaction_request, history_tokens, segments_replay
+from summaries.services import compaction_queued, compaction_request, history_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -36,10 +36,8 @@ def boundary_seq(conversation: Conversation) -> int:
 def load_summaries(state: ContextState) -> None:
     """B4: the live summary segments, oldest first, each with its seq range. Append-only between boundaries
     (a new segment only arrives with a compaction), so the system message stays byte-identical meanwhile.
-    An imported transcript has its compaction records but no segments yet: they are replayed first."""
-    segments = segments_live(conversation=state.conversation) or segments_replay(
-        conversation=state.conversation, cut=state.boundary_seq
-    )
+    An imported transcript's segments are replayed when it is imported (summaries.receivers)."""
+    segments = segments_live(conversation=state.conversation)
     items = []
     for segment in segments:
         text = segment_prompt_text(segment)

@@ -14,3 +14,7 @@ exchange_completed = Signal()
 # Sent after a background run wrote retrieval vectors for a conversation's messages (committed).
 # kwargs: conversation_id
 vectors_written = Signal()
+
+# Sent after a transcript import committed (a new conversation, possibly with compaction records but none of
+# the rows higher apps make from them). kwargs: conversation_id
+transcript_imported = Signal()

@@ -27,7 +27,7 @@ from conversations.services import (
     message_time_check,
     message_token_count,
 )
-from conversations.signals import exchange_completed
+from conversations.signals import exchange_completed, transcript_imported
 from conversations.tasks import message_vectors_request
 from tenants.errors import ApplicationError
 from tenants.models import Tenant
@@ -237,6 +237,9 @@ def _background_request(conversation: Conversation, rows: list[dict[str, Any]]) 
     (the documented way after an import) waited for the periodic sweeps."""
     conversation_id = conversation.pk
     transaction.on_commit(lambda: message_vectors_request(conversation_id=conversation_id), robust=True)
+    transaction.on_commit(
+        lambda: transcript_imported.send(sender=Conversation, conversation_id=conversation_id), robust=True
+    )
     if any(row["role"] == Message.Role.ASSISTANT and row["completed"] for row in rows):
         for receiver, error in exchange_completed.send_robust(sender=Message, conversation=conversation):
             if error is not None:  # as on append: the import stands, the sweeps retry the reaction

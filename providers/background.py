@@ -8,14 +8,17 @@ request. A broker that does not answer is logged, never a request error."""
 import logging
 import os
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import close_old_connections
 
+from providers.embedded_worker import CHILD_ENV, EmbeddedWorker
 from providers.faults import QUEUE_UNAVAILABLE, service_fault
 
 logger = logging.getLogger(__name__)
@@ -82,8 +85,6 @@ def _embedded_submit(task: Any, args: tuple[Any, ...]) -> bool:
         return True
     with _worker_lock:
         if _worker is None:
-            from providers.embedded_worker import EmbeddedWorker
-
             _worker = EmbeddedWorker(cwd=settings.BASE_DIR, on_message=_from_worker)
     try:
         _worker.submit(task, args)
@@ -101,8 +102,6 @@ _notify: Callable[[dict[str, Any]], None] | None = None
 
 
 def in_embedded_worker() -> bool:
-    from providers.embedded_worker import CHILD_ENV
-
     return os.environ.get(CHILD_ENV) == "1"
 
 
@@ -188,21 +187,33 @@ def task_queue_once(
     operation per request instead of a task message; it expires so that a lost run is replaced."""
     if _embedded():
         return _embedded_submit(task, args)
-    from django.core.cache import cache
-
     if not cache.add(mark, 1, timeout=mark_seconds):
         return True
-    if not task_send(task, *args, countdown=countdown):
-        cache.delete(mark)  # the broker is down (logged): the next request or the periodic sweep retries
-        return False
-    return True
+    return task_send_marked(task, *args, release=lambda: cache.delete(mark), countdown=countdown)
+
+
+def task_send_marked(
+    task: Task, *args: Any, release: Callable[[], object], countdown: float | None = None
+) -> bool:
+    """Send a run whose "queued" mark the caller has just set (task_queue_once's cache key, or a column of
+    a row that shows the mark, as compaction's queued_at). When the task cannot be queued the mark is
+    released: the broker is down (logged, recorded), and the next request or the periodic sweep queues it
+    again instead of waiting for the mark to expire. Returns whether the task was queued."""
+    if task_send(task, *args, countdown=countdown):
+        return True
+    release()
+    return False
 
 
 def task_started(mark: str) -> None:
     """Called by a run of task_queue_once before it reads its work: requests from now on queue the next."""
-    from django.core.cache import cache
-
     cache.delete(mark)
+
+
+def retry_countdown(retries: int) -> float:
+    """Seconds before a task's next retry: doubling from 5 s, capped at 5 minutes, with jitter so a burst
+    of retries does not arrive together."""
+    return min(300.0, 5.0 * 2**retries) * random.uniform(0.8, 1.2)  # noqa: S311
 
 
 def background_join() -> None:

@@ -26,6 +26,7 @@ from providers.text import (
     WEEKDAYS,
     summary_sentences,
 )
+from providers.tokens import count_text
 
 VERSION = "extractive-v1"
 
@@ -445,8 +446,6 @@ def _terms(sentence: str) -> list[str]:
 
 
 def _default_counter() -> Callable[[str], int]:
-    from providers.tokens import count_text
-
     return lambda text: count_text(text, encoding="o200k_base")
 
 

@@ -18,6 +18,7 @@ from summaries.locks import LockBusy
 from summaries.models import SummarySegment
 from summaries.selectors import compaction_status
 from summaries.services import CompactionStale, compaction_request, compaction_run
+from summaries.tasks import segments_rebuild
 from tenants.admin_scoping import AppendOnlyAdmin
 from tenants.models import LlmUsage
 
@@ -134,8 +135,6 @@ def compact_now(modeladmin: Any, request: HttpRequest, queryset: QuerySet) -> No
 
 @admin.action(description="Rebuild summaries", permissions=["change"])
 def rebuild_summaries(modeladmin: Any, request: HttpRequest, queryset: QuerySet) -> None:
-    from summaries.tasks import segments_rebuild
-
     allowed = modeladmin.scoped_for(request, queryset, modeladmin.change_roles)
     ids = [str(pk) for pk in allowed.values_list("pk", flat=True)]
     for conversation_id in ids:

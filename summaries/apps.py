@@ -7,4 +7,5 @@ class SummariesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # Connected once the apps are loaded: the receivers import models.
         from summaries import receivers  # noqa: F401

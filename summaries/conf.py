@@ -55,7 +55,7 @@ def compaction_config(conversation: Conversation) -> CompactionConfig:
     default_history = min(settings.MNEMO_HISTORY_TOKEN_BUDGET, token_budget * 3 // 4)
     history = _int_setting(tenant_settings, "history_token_budget", default_history, 256)
     return CompactionConfig(
-        # The history can never use more than 80 % of what the model's window leaves for the prompt.
+        # The history never takes all that the model's window leaves for the prompt: the rest needs room.
         history_budget=min(history, int(window_room * 0.8)),
         summary_budget=_int_setting(
             tenant_settings, "summary_token_budget", settings.MNEMO_SUMMARY_TOKEN_BUDGET, 128

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.db import connection
 from django.db.models import Q
@@ -34,8 +35,6 @@ class LockBusy(Exception):
 
 @functools.cache
 def _redis(url: str) -> Any:
-    import redis
-
     return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=1)
 
 
@@ -52,8 +51,6 @@ def compaction_lock(conversation_id: uuid.UUID | str, *, ttl: int | None = None)
     """Hold the conversation's compaction lock for the block, or raise LockBusy at once."""
     ttl = ttl or lock_ttl()
     if settings.REDIS_URL:
-        import redis
-
         try:
             lock = _redis_acquire(conversation_id, ttl=ttl)
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
@@ -81,8 +78,6 @@ def _redis_acquire(conversation_id: Any, *, ttl: int) -> Any:
 
 
 def _redis_release(lock: Any, conversation_id: Any) -> None:
-    import redis
-
     try:
         lock.release()
     except redis.exceptions.LockError:

@@ -24,8 +24,8 @@ END_SEQ_KEY = "endSeq"
 # Both read on every context call: fixed statements (tenants.statements). The boundary's kind is a literal in
 # the SQL, not a parameter: a prepared statement's generic plan cannot use the partial index on boundaries
 # (messages.message_boundary_seq) for a kind it does not know, and PostgreSQL chose it anyway (it expects a
-# boundary every few rows), walking a conversation without one back to its first message: 2.5 ms at 10,000
-# messages against ~0.1 ms.
+# boundary every few rows), walking a conversation without one back to its first message: a cost that grows
+# with the conversation where the index reads one row.
 _BOUNDARY_SQL = f"'{Message.Kind.COMPACT_BOUNDARY.value}'"
 _LAST_BOUNDARY = FixedQuery(
     lambda conversation_id: (

@@ -1,6 +1,6 @@
-"""Writes of the summaries app. compaction.py: compaction, roll-ups, rebuilds, replay and the background
-queue; summarise.py: one summary text (LLM → extractive → fact check). The monthly LLM budget it spends is
-the tenant's (tenants.llm_budget)."""
+"""Writes of the summaries app. compaction/: compaction, roll-ups, rebuilds, replay and the background queue;
+summarise.py: one summary text (LLM → extractive → fact check). The monthly LLM budget it spends is the
+tenant's (tenants.llm_budget)."""
 
 from summaries.services.compaction import (
     CompactionOutcome,

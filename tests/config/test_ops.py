@@ -201,7 +201,9 @@ def test_task_outcomes_and_durations_are_counted(conversation):
     task = "summaries.tasks.compact_conversation"
     before = scrape()
     compact_conversation.delay(str(conversation.id))
-    failing = mock.patch("summaries.services.compaction_run_queued", side_effect=RuntimeError("boom"))
+    failing = mock.patch(
+        "summaries.services.compaction.queue.compaction_run_queued", side_effect=RuntimeError("boom")
+    )
     with failing, pytest.raises(RuntimeError):
         compact_conversation.delay(str(conversation.id))
     after = scrape()

@@ -14,7 +14,9 @@ from summaries.models import CompactionState, SummarySegment
 from summaries.prompts import TEMPLATE_VERSION
 from summaries.selectors import history_start_seq, segment_prompt_text, segments_live
 from summaries.services import CompactionStale, compaction_plan, compaction_run
-from summaries.services import compaction as compaction_module
+from summaries.services.compaction import records as compaction_records
+from summaries.services.compaction import run as compaction_run_module
+from summaries.services.compaction import write as compaction_write
 from tests.summaries.helpers import append, b6_tokens, budgets, history
 
 pytestmark = pytest.mark.django_db
@@ -189,7 +191,7 @@ def test_a_compaction_that_lost_the_race_writes_nothing(conversation):
     compaction_run(conversation=conversation, trigger="auto")  # another run moves the boundary first
     before = kinds(conversation)
     with pytest.raises(CompactionStale):
-        compaction_module._run(conversation, plan, cfg, trigger="auto", sync=False)
+        compaction_run_module._run(conversation, plan, cfg, trigger="auto", sync=False)
     assert kinds(conversation) == before
     assert SummarySegment.objects.filter(conversation=conversation).count() == 1
 
@@ -255,7 +257,7 @@ def test_when_no_summary_can_be_made_the_newest_30_percent_is_kept(conversation,
 def test_compaction_events_are_published_in_order(conversation, monkeypatch):
     sent: list[tuple[str, dict]] = []
     monkeypatch.setattr(
-        compaction_module, "event_publish", lambda **kw: sent.append((kw["event"], kw["data"]))
+        compaction_records, "event_publish", lambda **kw: sent.append((kw["event"], kw["data"]))
     )
     history(conversation, 20)
     outcome = compaction_run(conversation=conversation, trigger="manual")
@@ -266,12 +268,12 @@ def test_compaction_events_are_published_in_order(conversation, monkeypatch):
 
 def test_a_failure_is_recorded_and_published(conversation, monkeypatch):
     sent: list[str] = []
-    monkeypatch.setattr(compaction_module, "event_publish", lambda **kw: sent.append(kw["event"]))
+    monkeypatch.setattr(compaction_records, "event_publish", lambda **kw: sent.append(kw["event"]))
 
     def broken(*args, **kwargs):
         raise ValueError("disk full")
 
-    monkeypatch.setattr(compaction_module, "compaction_records_append", broken)
+    monkeypatch.setattr(compaction_write, "compaction_records_append", broken)
     history(conversation, 20)
     with pytest.raises(ValueError):
         compaction_run(conversation=conversation, trigger="auto")

@@ -51,14 +51,14 @@ def test_a_run_left_marked_by_a_killed_worker_is_recorded_as_failed_and_redone(o
 def test_a_failed_run_shows_in_the_api_and_the_admin_until_a_run_succeeds(
     client, member, owner, conversation, monkeypatch
 ):
-    from summaries.services import compaction as compaction_module
+    from summaries.services.compaction import run as compaction_run_module
 
     history(conversation, 20)
 
     def broken(*args, **kwargs):
         raise RuntimeError("summariser exploded")
 
-    monkeypatch.setattr(compaction_module, "_run", broken)
+    monkeypatch.setattr(compaction_run_module, "_run", broken)
     with pytest.raises(RuntimeError):
         compaction_run(conversation=conversation, trigger="manual", sync=False)
     shown = summaries_of(owner, conversation).json()["compaction"]

@@ -10,6 +10,7 @@ from channels.testing import WebsocketCommunicator
 from config.asgi import application
 from conversations.events import events_flush
 from summaries.services import compaction as compaction_module
+from summaries.services.compaction import write as compaction_write
 from tests.summaries.helpers import history
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -95,7 +96,7 @@ def test_a_failed_compaction_is_announced_and_the_outsider_hears_nothing(
     def broken(**kwargs):
         raise RuntimeError("storage offline")
 
-    monkeypatch.setattr(compaction_module, "compaction_records_append", broken)
+    monkeypatch.setattr(compaction_write, "compaction_records_append", broken)
 
     async def scenario():
         sock = socket(conversation, owner.raw_key)

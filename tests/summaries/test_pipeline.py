@@ -278,10 +278,11 @@ def test_a_background_run_holding_the_lock_neither_blocks_nor_degrades_the_reque
 def test_a_failed_background_compaction_is_recorded_and_the_next_call_still_answers(
     owner, small_budget, monkeypatch, django_capture_on_commit_callbacks
 ):
-    from summaries.services import compaction as compaction_module
+    from summaries.services.compaction import records as compaction_records
+    from summaries.services.compaction import write as compaction_write
 
     events: list[str] = []
-    real_publish = compaction_module.event_publish
+    real_publish = compaction_records.event_publish
 
     def publish(**kwargs):
         events.append(kwargs["event"])
@@ -290,8 +291,8 @@ def test_a_failed_background_compaction_is_recorded_and_the_next_call_still_answ
     def broken(**kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(compaction_module, "event_publish", publish)
-    monkeypatch.setattr(compaction_module, "compaction_records_append", broken)
+    monkeypatch.setattr(compaction_records, "event_publish", publish)
+    monkeypatch.setattr(compaction_write, "compaction_records_append", broken)
     grow_to(small_budget, 0.85)
     with django_capture_on_commit_callbacks(execute=True):
         body = context(owner, small_budget, token_budget=400)

@@ -6,6 +6,7 @@ import pytest
 from django.conf import settings
 
 from conversations.models import Message
+from providers.background import retry_countdown
 from summaries import tasks
 from summaries.locks import compaction_lock, lock_key
 from summaries.models import CompactionState
@@ -91,7 +92,7 @@ def test_the_task_policy_and_the_beat_schedule():
     entry = settings.CELERY_BEAT_SCHEDULE["summaries-compaction-catch-up"]
     assert entry["task"] == "summaries.tasks.compaction_catch_up"
     assert tasks.compaction_catch_up.name == entry["task"]
-    assert 4 <= tasks._backoff(0) <= 6 and tasks._backoff(10) <= 360
+    assert 4 <= retry_countdown(0) <= 6 and retry_countdown(10) <= 360
 
 
 @pytest.mark.redis
