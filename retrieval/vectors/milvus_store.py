@@ -160,6 +160,11 @@ class MilvusVectorStore:
         )
         return int(rows[0]["count(*)"])
 
+    def flush(self, kind: Kind) -> None:
+        """Seal what was written into indexed segments: after a bulk load, searches otherwise scan the
+        unsealed rows one by one."""
+        self._call(kind, lambda client, name: client.flush(name, timeout=self.timeout))
+
     def state(self) -> str:
         try:
             self._connected()

@@ -81,6 +81,7 @@ class Command(BaseCommand):
                 done = len({r.id for r in batch})
                 tally.rows += done
                 bar.update(done)
+        store.flush(kind)
         tally.in_store = store.count(kind)
         return tally
 
