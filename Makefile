@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run install migrate demo serve test test-services test-browser lint schema-check format bench clean \
 	bench-append bench-prefix-cache bench-context-latency bench-compaction bench-visual bench-recall \
-	bench-embedding bench-quality bench-proxy bench-knowledge bench-events bench-soak
+	bench-embedding bench-quality bench-proxy bench-knowledge bench-events bench-soak bench-vectors
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -98,6 +98,10 @@ bench-knowledge: install
 # What an append pays to publish its event: the private publisher loop against the plain call, in memory and Redis.
 bench-events: install
 	$(BIN)/python bench/events.py
+
+# numpy (exact, in process) against Milvus Lite at 100k and 1M vectors; --quick for 10k (BENCH_VECTORS_ARGS).
+bench-vectors: install
+	$(BIN)/python bench/vector_store.py $(BENCH_VECTORS_ARGS)
 
 # Sustained mixed load on a real server, embedded (SQLite) then distributed (PostgreSQL, Redis, Celery): statuses,
 # latencies, lost messages, seq gaps, embedding lag and backlog, memory. SOAK_ARGS="--short" runs 2 minutes each;

@@ -13,6 +13,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import BASE_DIR, env, env_bool, env_int, env_json_object, env_str
+from retrieval.vectors.config import parse_vector_store
 
 DEBUG = env_bool("DJANGO_DEBUG", default=True)
 
@@ -480,6 +481,8 @@ MNEMO_EMBEDDINGS_MODEL_PATH = env_str("MNEMO_EMBEDDINGS_MODEL_PATH")
 MNEMO_EMBEDDINGS_INT8 = env_bool("MNEMO_EMBEDDINGS_INT8", default=True)
 # CPU threads one embedding call may use (a Celery worker with concurrency 1 on a dedicated host: its cores).
 MNEMO_EMBEDDINGS_THREADS = env_int("MNEMO_EMBEDDINGS_THREADS", 1, minimum=1)
+# Where vectors are searched: numpy, milvus://host:port or milvus:///abs/path.db (docs/operations.md).
+MNEMO_VECTOR_STORE = parse_vector_store(env_str("MNEMO_VECTOR_STORE", "numpy"))
 # Message vectors are computed in the background after every append (off: only manage.py embeddings_backfill).
 MNEMO_EMBED_ON_APPEND = env_bool("MNEMO_EMBED_ON_APPEND", default=True)
 # A server process loads the local embedding model in the background as it starts, so that its first context
