@@ -42,12 +42,13 @@ def archival_search(
     if vectors is None:
         degradations.append({"code": "embeddings_unavailable", "message": f"Lexical search only: {model}"})
     else:
-        rows = list(
+        stored = (
             live_memories(end_user)
             .filter(embedding__isnull=False, embedding_model=model)
             .order_by("-created_at")
             .values_list("id", "embedding")[:SEARCH_SCAN_LIMIT]
         )
+        rows = [(pk, embedding) for pk, embedding in stored if embedding is not None]
         if rows:
             matrix = np.stack([from_bytes(embedding) for _, embedding in rows])
             sims = matrix @ vectors[0]

@@ -37,7 +37,7 @@ def _rows(kind: Kind) -> QuerySet[Any, Any]:
     )
 
 
-def _narrowed(kind: Kind, tenant_id: str, scopes: tuple[str, ...] | None, owner: str | None) -> QuerySet:
+def _narrowed(kind: Kind, tenant_id: str, scopes: tuple[str, ...] | None, owner: str | None) -> QuerySet[Any, Any]:
     """The tenant's rows of the kind, in these scopes and of this owner when given. A value that is not a
     key of its column (a conversation scope that is no UUID) matches nothing, as it would in any engine."""
     scope_field, owner_field = _NARROWING[kind]
@@ -75,7 +75,7 @@ def _valid(path: str, kind: Kind, values: Iterable[str]) -> list[Any]:
     return out
 
 
-def _records(kind: Kind, row: tuple, dimension: int) -> Iterator[VectorRecord]:
+def _records(kind: Kind, row: tuple[Any, ...], dimension: int) -> Iterator[VectorRecord]:
     pk, tenant_id, scope, owner, blob = row[:5]
     vectors = from_bytes(blob)
     # Another model's vectors (another length) are not comparable with this store's: left out.
