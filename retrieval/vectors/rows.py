@@ -37,7 +37,9 @@ def _rows(kind: Kind) -> QuerySet[Any, Any]:
     )
 
 
-def _narrowed(kind: Kind, tenant_id: str, scopes: tuple[str, ...] | None, owner: str | None) -> QuerySet[Any, Any]:
+def _narrowed(
+    kind: Kind, tenant_id: str, scopes: tuple[str, ...] | None, owner: str | None
+) -> QuerySet[Any, Any]:
     """The tenant's rows of the kind, in these scopes and of this owner when given. A value that is not a
     key of its column (a conversation scope that is no UUID) matches nothing, as it would in any engine."""
     scope_field, owner_field = _NARROWING[kind]
