@@ -216,7 +216,8 @@ def by_relevance(messages: list[Item], memories: list[Item]) -> list[Item]:
 
 
 def _other_conversation_item(state: ContextState, hit: OtherConversationHit) -> Item:
-    text = f'[conversation "{hit.conversation_title}", message #{hit.seq}, {hit.role}] {hit.excerpt}'
+    label = f'[conversation "{hit.conversation_title}", #{hit.seq} · {hit.day} · {hit.speaker}]'
+    text = f"{label} {hit.excerpt}"
     source = {
         "kind": "message",
         "id": hit.id,

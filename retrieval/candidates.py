@@ -58,6 +58,8 @@ class OtherConversationHit:
     conversation_title: str
     excerpt: str
     score: float
+    speaker: str  # the name the client gave, else the role
+    day: str  # the date it was said (YYYY-MM-DD)
 
 
 @dataclass(frozen=True)

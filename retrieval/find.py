@@ -2,10 +2,12 @@
 in; every candidate for B5 out, typed (retrieval.candidates), with the degradations met and the background
 work wanted. It writes nothing: the caller applies what it asks for."""
 
+from datetime import date
 from typing import Any
 
 from conversations.models import Conversation, Message
 from memory.selectors import archival_exists
+from providers.dates import annotate
 from providers.embeddings import embed_query
 from retrieval.archival import archival_search
 from retrieval.candidates import (
@@ -128,8 +130,10 @@ def _other_conversations(
             role=hit.role,
             conversation_id=hit.conversation_id,
             conversation_title=hit.conversation_title,
-            excerpt=hit.excerpt,
+            excerpt=annotate(hit.excerpt, date.fromisoformat(hit.day)) if hit.day else hit.excerpt,
             score=hit.score,
+            speaker=hit.name or hit.role,
+            day=hit.day,
         )
         for hit in hits
     ]

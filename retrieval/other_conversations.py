@@ -5,6 +5,7 @@ retrieval.history (whole history, lexical and vector), not here."""
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import connection
@@ -54,6 +55,8 @@ class RecallHit:
     conversation_id: str = ""  # set when the message is in another conversation of the end user
     conversation_title: str = ""
     excerpt: str = ""
+    name: str = ""  # the speaker's name, when the client gave one
+    day: str = ""  # the date it was said (YYYY-MM-DD)
 
 
 def recall_other_conversations(
@@ -85,7 +88,7 @@ def recall_other_conversations(
     scores = rrf(ranked)
     hits = []
     for i in ranked:
-        pk, seq, role, content, conversation_id = rows[i]
+        pk, seq, role, content, conversation_id, name, created_at = rows[i]
         hits.append(
             RecallHit(
                 str(pk),
@@ -96,9 +99,21 @@ def recall_other_conversations(
                 conversation_id=str(conversation_id),
                 conversation_title=others[conversation_id][0],
                 excerpt=excerpt(content, best_sentence.get(i, (0.0, None))[1]),
+                name=name,
+                day=_day(created_at),
             )
         )
     return hits
+
+
+# What a candidate row holds, in every backend's order.
+_ROW_COLUMNS = ("id", "seq", "role", "content", "conversation_id", "name", "created_at")
+
+
+def _day(created_at: datetime | str) -> str:
+    """The date of a row's created_at: a datetime from the ORM and PostgreSQL, the stored text from SQLite's
+    raw rows (its date is its first ten characters, in UTC as stored)."""
+    return created_at.date().isoformat() if isinstance(created_at, datetime) else str(created_at)[:10]
 
 
 # Read by every context call of an end user's conversation: compiled once (tenants.statements).
@@ -195,7 +210,7 @@ def _others_postgresql(conversations: list[Any], phrases: list[tuple[str, ...]])
     """The best matches in the user's other conversations, all their messages: ranked by the database over
     all matches of the chosen (rare enough) phrases."""
     sql = """
-        SELECT m.id, m.seq, m.role, m.content, m.conversation_id FROM (
+        SELECT m.id, m.seq, m.role, m.content, m.conversation_id, m.name, m.created_at FROM (
             SELECT s.message_id, s.seq, ts_rank_cd(s.document, %(terms)s::tsquery) AS rank
             FROM memory_message_search AS s WHERE s.document @@ %(q)s::tsquery
             ORDER BY rank DESC, s.seq DESC LIMIT %(rerank)s
@@ -218,7 +233,7 @@ def _others_postgresql(conversations: list[Any], phrases: list[tuple[str, ...]])
 def _others_sqlite(conversations: list[Any], phrases: list[tuple[str, ...]]) -> list[tuple[Any, ...]]:
     placeholders = ", ".join(["%s"] * len(conversations))
     sql = f"""
-        SELECT m.id, m.seq, m.role, m.content, m.conversation_id
+        SELECT m.id, m.seq, m.role, m.content, m.conversation_id, m.name, m.created_at
         FROM memory_message_fts AS f JOIN conversations_message AS m ON m.rowid = f.rowid
         WHERE memory_message_fts MATCH %s AND m.conversation_id IN ({placeholders})
         ORDER BY bm25(memory_message_fts, 0.0, 1.0), m.seq DESC LIMIT %s
@@ -227,7 +242,7 @@ def _others_sqlite(conversations: list[Any], phrases: list[tuple[str, ...]]) -> 
     with connection.cursor() as cursor:
         cursor.execute(sql, [match, *[pk.hex for pk in conversations], RECALL_RERANK])
         rows = cursor.fetchall()
-    return [(uuid.UUID(r[0]), *r[1:4], uuid.UUID(r[4])) for r in rows]
+    return [(uuid.UUID(r[0]), *r[1:4], uuid.UUID(r[4]), r[5], r[6]) for r in rows]
 
 
 def _candidates_scan(conversations: list[Any], query: str) -> list[tuple[Any, ...]]:
@@ -247,5 +262,7 @@ def _candidates_scan(conversations: list[Any], query: str) -> list[tuple[Any, ..
         .exclude(content="")
         .filter(matching)
         .order_by("-created_at")
-        .values_list("id", "seq", "role", "content", "conversation_id")[:RECALL_CANDIDATES]
+        .values_list("id", "seq", "role", "content", "conversation_id", "name", "created_at")[
+            :RECALL_CANDIDATES
+        ]
     )

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from conversations.services import conversation_create
 from tests.context.helpers import context
 
 pytestmark = pytest.mark.django_db
@@ -241,3 +242,29 @@ def test_a_name_ending_in_s_is_recognised_with_or_without_its_possessive(asked_a
 
     assert question.names == {asked_about.split("'")[0].lower()}
     assert asked_about.split("'")[0] not in question.lexical
+
+
+def test_a_hit_from_another_conversation_names_its_speaker_and_resolves_its_dates(owner, lexical_only):
+    earlier = conversation_create(tenant=owner.tenant, end_user_external_id="alice", title="Spring chat")
+    post_messages(
+        owner,
+        earlier,
+        [
+            {
+                "role": "assistant",
+                "name": "Tomas",
+                "content": "I repaired the old sailboat yesterday.",
+                "created_at": "2023-04-02T10:00:00Z",
+            },
+            *[{"role": "user", "name": "Priya", "content": f"Small talk {n}."} for n in range(30)],
+        ],
+    )
+    current = conversation_create(tenant=owner.tenant, end_user_external_id="alice", title="Now")
+    post_messages(
+        owner, current, [{"role": "user", "name": "Priya", "content": f"Filler {n}."} for n in range(60)]
+    )
+
+    body = context(owner, current, user_message="When was the old sailboat repaired?", token_budget=2000)
+
+    label = '[conversation "Spring chat", #1 · 2023-04-02 · Tomas]'
+    assert f"{label} I repaired the old sailboat yesterday (2023-04-01)." in b5_text(body)
