@@ -39,7 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench._common import scratch_dir  # noqa: E402
+from bench._django import scratch_dir  # noqa: E402
 
 TARGET_FACTS = 0.95
 TARGET_SAVING = 0.70

@@ -69,15 +69,14 @@ from bench._common import (  # noqa: E402
     PROFILE_NAME,
     PROFILE_POLICY,
     PROFILE_SCOPE,
-    buffered_statistics_flush,
     conversation_script,
-    django_setup,
     log,
     machine_header,
     percentile,
     render_table,
     summary_text,
 )
+from bench._django import buffered_statistics_flush, django_setup  # noqa: E402
 
 BASELINE_SIZE = 1_000
 TARGET_SIZE = 10_000

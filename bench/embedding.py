@@ -30,7 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import django_setup, log, machine_header, percentile, render_table  # noqa: E402
+from bench._common import log, machine_header, percentile, render_table  # noqa: E402
+from bench._django import django_setup  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "beam-128k" / "beam-128k.jsonl"
 TARGET = 300.0

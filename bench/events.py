@@ -31,7 +31,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import django_setup, log, machine_header, percentile, render_table  # noqa: E402
+from bench._common import log, machine_header, percentile, render_table  # noqa: E402
+from bench._django import django_setup  # noqa: E402
 
 WARMUP = 20
 IN_MEMORY = {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 100_000}}

@@ -32,7 +32,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import django_setup, log, machine_header, render_table
+from bench._common import log, machine_header, render_table
+from bench._django import django_setup
 from bench.evidence_recall import DEFAULT_DATA, MANIFEST, Prompt, read_dataset, words
 
 BLOCKS = ("B1", "B2a", "B2b", "B3", "B4", "B5", "B6")

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import django_setup, log, machine_header, percentile, render_table
+from bench._common import log, machine_header, percentile, render_table
+from bench._django import django_setup
 
 # Django's top-level packages in the default corpus (--folders all: every one; embedding the chunks with the
 # local model is most of the run's time).

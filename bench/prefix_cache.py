@@ -69,12 +69,11 @@ from bench._common import (  # noqa: E402
     PROFILE_SCOPE,
     Exchange,
     conversation_script,
-    django_setup,
     log,
     machine_header,
     render_table,
-    scratch_dir,
 )
+from bench._django import django_setup, scratch_dir  # noqa: E402
 
 TARGET_STEADY_SHARE = 0.90
 FIRST_STEADY_TURN = 3  # 0-based: in turns 1-3 the prompt is still near the 1,024-token minimum of any cache

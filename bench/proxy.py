@@ -34,7 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import REPO, django_setup, log, machine_header, percentile, render_table
+from bench._common import REPO, log, machine_header, percentile, render_table
+from bench._django import django_setup
 from bench.append import free_port, stop
 
 HOST = "127.0.0.1"

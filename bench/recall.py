@@ -52,16 +52,8 @@ from typing import Any
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path[:] = [str(BENCH_DIR.parent)] + [p for p in sys.path if Path(p or ".").resolve() != BENCH_DIR]
 
-from bench._common import (  # noqa: E402
-    MODEL,
-    conversation_script,
-    django_setup,
-    log,
-    machine_header,
-    percentile,
-    render_table,
-    scratch_dir,
-)
+from bench._common import MODEL, conversation_script, log, machine_header, percentile, render_table  # noqa: E402
+from bench._django import django_setup, scratch_dir  # noqa: E402
 
 BUDGETS = (1_000, 2_000, 4_000)
 TARGET_BUDGET = 2_000
