@@ -34,7 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import log, machine_header, render_table
 from bench._django import django_setup
-from bench.evidence_recall import DEFAULT_DATA, MANIFEST, Prompt, read_dataset, words
+from bench._evidence.dataset import DEFAULT_DATA, read_dataset
+from bench._evidence.scoring import Prompt, words
+from bench._evidence.session import MANIFEST
 
 BLOCKS = ("B1", "B2a", "B2b", "B3", "B4", "B5", "B6")
 

@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import REPO, log, machine_header, percentile, render_table
-from bench._django import django_setup
+from bench._django import django_database, django_setup
 from bench.append import free_port, stop
 
 HOST = "127.0.0.1"
@@ -289,9 +289,7 @@ def main() -> int:
         database_url, database = "", "SQLite"
         if not args.sqlite:
             try:
-                from bench.context_latency import throwaway_database
-
-                database_url = stack.enter_context(throwaway_database(PG_ADMIN))
+                database_url = stack.enter_context(django_database(PG_ADMIN))
                 database = "PostgreSQL"
             except Exception as exc:  # no server: SQLite
                 log(f"PostgreSQL not reachable ({type(exc).__name__}); using SQLite")
