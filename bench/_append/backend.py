@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
+
 from bench._common import log
 from bench._server import manage
 
@@ -34,8 +36,6 @@ def prepare(backend: Backend) -> str:
 def verify(backend: Backend, conversation_ids: list[str], keys: set[str]) -> tuple[bool, str]:
     """Messages stored = distinct keys sent, no key twice, every conversation numbered 1..n without a gap."""
     if backend.database_url:
-        import psycopg
-
         with psycopg.connect(backend.database_url) as conn:
             rows = conn.execute(
                 "SELECT conversation_id::text, seq, idempotency_key FROM conversations_message "

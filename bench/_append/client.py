@@ -191,7 +191,7 @@ def _ping(job: Job) -> tuple[bytes, bytes]:
 
 def new_loop() -> asyncio.AbstractEventLoop:
     try:
-        import uvloop
+        import uvloop  # optional: the plain asyncio loop serves when it is not installed
     except ImportError:
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
