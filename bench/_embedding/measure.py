@@ -75,7 +75,7 @@ def index_rate(texts: list[str]) -> float:
     index = ConversationIndex("bench")
     started = time.perf_counter()
     for seq, text in enumerate(texts, start=1):
-        index._add(seq, seq, "user", text, 0, None, True)
+        index._add(seq, seq, "user", "", text, 0, None, True)
     return len(texts) / (time.perf_counter() - started)
 
 
