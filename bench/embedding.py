@@ -1,14 +1,14 @@
 """Background embedding throughput: how many messages per second the local model turns into retrieval
 vectors (conversations.embedding: passages of providers.passages, batches of similar length), on real chat
-messages nobody here wrote (BEAM-128K, ../shared/data/beam-128k or --data).
+messages nobody here wrote (../shared/data/beam-128k or --data).
 
-Two sets from the same data: the user messages (short chat turns, a mean of ~80 tokens) and every message
-(the assistant's long markdown replies included, ~530 tokens). Baseline in the same run: what the BM25
+Two sets from the same data: the user messages (short chat turns) and every message (the assistant's long
+markdown replies included). Baseline in the same run: what the BM25
 side of the index costs for the same messages (passages, terms, stems), the work an append triggers that is
 not the model. Threads: onnxruntime intra-op threads per call (--threads 1 2). Models: the shipped model
 as it is (its weights stored as int8, its products in float32) and the one Mnemo runs by default, derived from
 it with int8 products (providers/quantize.py, MNEMO_EMBEDDINGS_INT8); for both, the time to embed each of
-BEAM's questions alone on one thread, as a context call does.
+the data's questions alone on one thread, as a context call does.
 
 Then the catch-up run an append queues (conversations.embedding.message_vectors_fill) on conversations of
 --catch-up sizes whose messages all have vectors but the 3 newest: its time against the model's time for

@@ -1,17 +1,16 @@
 """Evidence recall through the public API: does the prompt Mnemo's context endpoint returns hold the evidence
 for a question asked at the end of a long real conversation? Measured as a client would, over HTTP only.
 
-Data: public long multi-session chats with message-level evidence labels that nobody here wrote: BEAM's 128K
-tier in /work/shared/data/beam-128k/ (20 conversations of 188-310 messages, 98K-168K tokens each; 400
-questions in 10 categories, 355 with evidence labels; see the README there). Read in place, never copied into
-the repository; --data takes any JSONL of the same schema.
+Data: public long multi-session chats with message-level evidence labels that nobody here wrote, by default
+the set in /work/shared/data/beam-128k/ (its README describes it). Read in place, never copied into the
+repository; --data takes any JSONL of the same schema.
 
 Method:
 1. Load. For each conversation and each budget B (a client keeps one budget per conversation), one Mnemo
    conversation, end user "<dataset id>-b<B>", its messages appended in seq order in batches
    (POST /api/v1/conversations/{id}/messages {"messages": [{role, content, created_at}, ...]}), with
    created_at from the data. A message over MNEMO_MAX_MESSAGE_BYTES is sent truncated to the limit and the
-   header says so (BEAM has one: a broken reply of 349K characters, mostly whitespace); a message's `name`
+   header names each one; a message's `name`
    (its speaker) is sent when the data has one. Then wait, as a client that imported a history would, on
    the one readiness signal GET /api/v1/conversations/{id} reports (`readiness.ready`: vectors, the memory
    agent's reading, due compactions; --index-timeout). No context call before the questions: the first

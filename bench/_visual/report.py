@@ -28,7 +28,7 @@ def p95(values: list[float]) -> float:
 def _ratio(ours: float, base: float, *, pct: bool = False) -> str:
     if not base:
         return "—"
-    # Two decimals: the target (−97 %) sits close to what one decimal would round onto.
+    # Two decimals: the target sits close to what one decimal would round onto.
     return f"{(ours / base - 1) * 100:+.2f} %" if pct else f"{ours / base:.2f}×"
 
 
