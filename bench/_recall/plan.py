@@ -7,6 +7,7 @@ import json
 import random
 from typing import Any
 
+from bench._common import SERVICES as FILLER_SERVICES
 from bench._common import conversation_script
 from bench._recall.facts import COLLEAGUES, PERSONAL, SERVICES, SUBJECTS, VALUES, Fact, Question
 
@@ -115,16 +116,6 @@ DISTRACTORS = [
 ]
 
 
-COMMON_SERVICES = [
-    "billing-api",
-    "export-worker",
-    "search-indexer",
-    "auth-gateway",
-    "report-builder",
-    "ingest-queue",
-]
-
-
 def scripts(
     rng: random.Random, conversations: int, turns: int, facts: list[Fact], count: Any
 ) -> list[list[Any]]:
@@ -134,7 +125,7 @@ def scripts(
     own, as people mention things in passing)."""
 
     def ours(text: str) -> str:
-        for name in COMMON_SERVICES:
+        for name in FILLER_SERVICES:
             while name in text:
                 text = text.replace(name, rng.choice(SERVICES), 1)
         return text
