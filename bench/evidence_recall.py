@@ -10,11 +10,10 @@ Method:
    conversation, end user "<dataset id>-b<B>", its messages appended in seq order in batches
    (POST /api/v1/conversations/{id}/messages {"messages": [{role, content, created_at}, ...]}), with
    created_at from the data. A message over MNEMO_MAX_MESSAGE_BYTES is sent truncated to the limit and the
-   header names each one; a message's `name`
-   (its speaker) is sent when the data has one. Then wait, as a client that imported a history would, on
-   the one readiness signal GET /api/v1/conversations/{id} reports (`readiness.ready`: vectors, the memory
-   agent's reading, due compactions; --index-timeout). No context call before the questions: the first
-   question at a budget is the first call at it.
+   header names each one; a message's `name` (its speaker) is sent when the data has one. Then wait, as a
+   client that imported a history would, on the one readiness signal GET /api/v1/conversations/{id}
+   reports (`readiness.ready`: vectors, the memory agent's reading, due compactions; --index-timeout). No
+   context call before the questions: the first question at a budget is the first call at it.
 2. Ask. Every question of the conversation, in dataset order, as if after the last message:
    POST .../context {"user_message": <question>, "token_budget": B, "format": "openai"}. Recorded per call:
    client wall time, tokens.total, timings, degradation codes, dropped blocks, B5's tokens and item scores.
