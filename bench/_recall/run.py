@@ -73,6 +73,7 @@ def build(
     return conversations, time.perf_counter() - started
 
 
+@dataclass
 class Score:
     hits: int = 0
     total: int = 0
