@@ -60,6 +60,6 @@ def analyze() -> None:
     """Fresh planner statistics, as autovacuum gathers them on a table that grew this way (and as
     bench/context_latency.py does). Without them (autovacuum is off on some servers, this machine's
     included) PostgreSQL still takes the seeded table for empty: the proxy's read of the conversation's
-    newest message became a bitmap scan and sort of all 10,000 rows, ~3 ms of every append."""
+    newest message became a bitmap scan and sort of all the seeded rows on every append."""
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
