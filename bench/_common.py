@@ -1,5 +1,5 @@
-"""Shared by bench/prefix_cache.py and bench/context_latency.py: the machine header, the results table,
-in-process Django set-up, and a seeded generator of realistic agent conversations (the same text for both).
+"""Shared by the benchmarks: the progress log, the machine header, the results table, percentiles, and a
+seeded generator of realistic agent conversations (the same text for every benchmark that uses it).
 
 Not a benchmark itself; nothing here runs on import.
 """
@@ -11,11 +11,9 @@ import math
 import os
 import platform
 import random
-import secrets
 import subprocess
 import sys
-import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -77,55 +75,6 @@ def percentile(values: Sequence[float], p: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(p / 100 * len(ordered)))
     return ordered[rank - 1]
-
-
-# --- Django, in-process ------------------------------------------------------------------------------------
-
-
-def django_setup(*, var_dir: Path, database_url: str = "") -> None:
-    """Configure and start Django in this process, then migrate. Must run before any app import.
-
-    The embedded defaults (local-memory cache, in-memory channel layer) are forced even if the shell or a
-    .env file names Redis: these benchmarks measure the pipeline and its database, nothing else.
-    """
-    os.environ["DJANGO_SETTINGS_MODULE"] = "config.django.local"
-    os.environ["MNEMO_VAR_DIR"] = str(var_dir)
-    # DEBUG would keep every SQL statement in memory and add its bookkeeping to each query.
-    os.environ["DJANGO_DEBUG"] = "false"
-    os.environ["DJANGO_SECRET_KEY"] = secrets.token_urlsafe(50)
-    # An empty value counts as unset in config/env.py, and it also stops .env from filling these in.
-    os.environ["DATABASE_URL"] = database_url
-    os.environ["REDIS_URL"] = ""
-    os.environ.setdefault("MNEMO_LOG_LEVEL", "WARNING")
-    # Tasks a call queues (a compaction, the memory agent, message vectors) run when it commits, in this
-    # process, as the benchmarks describe; not on the server's background thread.
-    os.environ.setdefault("MNEMO_EAGER_TASKS_IN_THREAD", "false")
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    import django
-    from django.core.management import call_command
-
-    django.setup()
-    call_command("migrate", interactive=False, verbosity=0)
-
-
-def buffered_statistics_flush() -> None:
-    """Write what the calls buffered (context-call statistics, prefix-hint hits) while the benchmark's
-    database is still there; otherwise the buffer's exit flush meets a removed one and logs a traceback."""
-    with contextlib.suppress(Exception):
-        from prefix_cache.services import context_calls_flush
-
-        context_calls_flush()
-
-
-@contextlib.contextmanager
-def scratch_dir(prefix: str) -> Iterator[Path]:
-    """A throwaway var dir for an in-process benchmark, its buffered statistics flushed before removal."""
-    with tempfile.TemporaryDirectory(prefix=prefix) as scratch:
-        try:
-            yield Path(scratch)
-        finally:
-            buffered_statistics_flush()
 
 
 # --- realistic conversation text ---------------------------------------------------------------------------

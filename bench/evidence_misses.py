@@ -22,109 +22,18 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import sys
 import tempfile
-import time
-from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# Run as a script, Python puts bench/ first on sys.path, where bench/prefix_cache.py would shadow the
+# prefix_cache app; the repository takes its place.
+sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from bench._common import django_setup, log, machine_header, render_table
-from bench.evidence_recall import DEFAULT_DATA, MANIFEST, Prompt, read_dataset, words
-
-BLOCKS = ("B1", "B2a", "B2b", "B3", "B4", "B5", "B6")
-
-
-def mnemo_seqs(conversation: dict[str, Any]) -> dict[int, int]:
-    """Dataset seq -> Mnemo seq: evidence_recall.py appends the messages in seq order, and Mnemo numbers a
-    conversation's messages from 1."""
-    ordered = sorted(m["seq"] for m in conversation["messages"])
-    return {seq: position + 1 for position, seq in enumerate(ordered)}
-
-
-def ask(conversation_row: Any, question: dict[str, Any], budget: int) -> tuple[dict[str, Any], list[int]]:
-    """The response body and the Mnemo seqs of B5's message candidates, best first."""
-    from context.pipeline import context_assemble, context_payload
-    from context.state import ContextRequest
-
-    request = ContextRequest(
-        user_message=question["question"], token_budget=budget, format="openai", record=False
-    )
-    state = context_assemble(conversation=conversation_row, request=request)
-    ranked = [int(i.source["seq"]) for i in state.candidates if i.source.get("kind") == "message"]
-    return context_payload(state), ranked
-
-
-def diagnose(conversation: dict[str, Any], conversation_row: Any, budget: int) -> list[dict[str, Any]]:
-    texts = {m["seq"]: m["content"] for m in conversation["messages"]}
-    roles = {m["seq"]: m["role"] for m in conversation["messages"]}
-    to_mnemo = mnemo_seqs(conversation)
-    rows = []
-    for question in conversation["questions"]:
-        response, ranked = ask(conversation_row, question, budget)
-        prompt = Prompt.of(response)
-        evidence = list(question.get("evidence_seqs") or [])
-        present = [s for s in evidence if prompt.holds(words(texts.get(s, "")))]
-        missing = []
-        for seq in evidence:
-            if seq not in present:
-                at = to_mnemo.get(seq)
-                rank = ranked.index(at) if at in ranked else None
-                missing.append({"seq": seq, "role": roles.get(seq), "rank": rank})
-        blocks = response.get("blocks") or {}
-        rows.append(
-            {
-                "conversation": conversation["id"],
-                "id": question["id"],
-                "category": question["category"],
-                "budget": budget,
-                "er": len(present) / len(evidence) if question.get("scored") and evidence else None,
-                "evidence": evidence,
-                "present": present,
-                "missing": missing,
-                "blocks": {b: (blocks.get(b) or {}).get("tokens", 0) for b in BLOCKS},
-            }
-        )
-    return rows
-
-
-def category_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
-    by_category: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
-        by_category[row["category"]].append(row)
-    out = []
-    for category, group in [*sorted(by_category.items()), ("overall", rows)]:
-        missing = [m for r in group for m in r["missing"]]
-        ranks = [m["rank"] for m in missing if m["rank"] is not None]
-        out.append(
-            [
-                category,
-                str(len(group)),
-                f"{statistics.fmean(r['er'] for r in group):.3f}",
-                str(sum(len(r["evidence"]) for r in group)),
-                str(len(missing)),
-                str(len(ranks)),
-                f"{statistics.median(ranks):.0f}" if ranks else "-",
-                str(len(missing) - len(ranks)),
-                str(sum(m["role"] == "user" for m in missing)),
-            ]
-        )
-    return out
-
-
-def report(rows: list[dict[str, Any]], budgets: list[int]) -> str:
-    head = ["category", "n", "ER", "evidence", "missing", "ranked, not fitted", "median rank",
-            "not a candidate", "missing from the user"]  # fmt: skip
-    parts = []
-    for budget in budgets:
-        scored = [r for r in rows if r["budget"] == budget and r["er"] is not None]
-        parts.append(f"\nat {budget:,} tokens:\n" + render_table(head, category_rows(scored)))
-        means = {b: statistics.fmean(r["blocks"][b] for r in scored) for b in BLOCKS}
-        parts.append("mean tokens per block: " + ", ".join(f"{b} {v:,.0f}" for b, v in means.items()))
-    return "\n".join(parts)
+from bench._common import machine_header  # noqa: E402
+from bench._django import django_setup  # noqa: E402
+from bench._evidence.dataset import DEFAULT_DATA, read_dataset  # noqa: E402
+from bench._evidence.session import MANIFEST  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -144,23 +53,14 @@ def main() -> int:
     manifest = json.loads(manifest_path.read_text())
     budgets = [int(b) for b in args.budgets.split(",")]
     dataset = read_dataset(args.data, None, None)
-    started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mnemo-evidence-misses-") as scratch:
         copy = Path(scratch) / "var"
         shutil.copytree(args.var_dir, copy)
         django_setup(var_dir=copy)
-        from conversations.models import Conversation
+        # Imported here: the benchmark's modules import the apps, which needs django_setup() to have run.
+        from bench._evidence.misses import diagnose_all, report
 
-        rows: list[dict[str, Any]] = []
-        for conversation in dataset.conversations:
-            ids = manifest["conversations"].get(conversation["id"]) or {}
-            for budget in budgets:
-                if str(budget) not in ids:
-                    log(f"  {conversation['id']} @ {budget}: not in the load, skipped")
-                    continue
-                row = Conversation.objects.select_related("tenant").get(pk=ids[str(budget)])
-                rows += diagnose(conversation, row, budget)
-            log(f"  {conversation['id']} asked ({time.perf_counter() - started:.0f}s)")
+        rows = diagnose_all(dataset, manifest, budgets)
     print(machine_header("bench/evidence_misses.py"))
     print(f"# load {args.var_dir}, data {args.data}; in-process context_assemble on a copy, nothing recorded")
     print(report(rows, budgets))
