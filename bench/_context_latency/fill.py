@@ -22,7 +22,7 @@ from providers.tokens import count_message, count_text
 from summaries.conf import compaction_config
 from summaries.models import SummarySegment
 from summaries.selectors import END_SEQ_KEY
-from summaries.services.compaction import BOUNDARY_TEXT
+from summaries.services.compaction import BOUNDARY_TEXT, segments_replay
 
 POOL_EXCHANGES = 200  # distinct exchanges the conversations are drawn from
 
@@ -184,7 +184,7 @@ def fill(
 ) -> tuple[float, int]:
     """`size` messages, whole exchanges drawn from the pool (the last one cut to fit), with the compaction
     records (boundary + summaries) where compaction would have written them, in the transcript shape an
-    import carries: the first context call rebuilds the summary segments from them. Returns (seconds,
+    import carries, and the summary segments rebuilt from them as after an import. Returns (seconds,
     segments written)."""
     started = time.perf_counter()
     messages: list[dict[str, Any]] = []
@@ -203,6 +203,8 @@ def fill(
             _records(rows, messages, batches[index], seq_of, cfg, rng)
     rows.flush()
     Conversation.objects.filter(pk=conversation.pk).update(last_seq=rows.seq)
+    conversation.refresh_from_db()
+    segments_replay(conversation=conversation)
     return time.perf_counter() - started, sum(len(b) for b in batches.values())
 
 
