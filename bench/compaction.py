@@ -332,7 +332,8 @@ def kept(facts: list[Planted], text: str) -> dict[str, float]:
 
 
 def prompt_tokens(conversation) -> int:
-    from context.pipeline import ContextRequest, context_assemble
+    from context.pipeline import context_assemble
+    from context.state import ContextRequest
 
     state = context_assemble(
         conversation=conversation,

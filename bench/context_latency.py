@@ -347,7 +347,9 @@ def context_call(tenant: Any, series: Series) -> tuple[float, float, Any]:
     (wall seconds, CPU seconds, state); the state's timings gain `prepare+commit` and `payload+JSON`."""
     from rest_framework.renderers import JSONRenderer
 
-    from context.pipeline import ContextRequest, context_assemble, context_payload
+    from context.payload import context_payload
+    from context.pipeline import context_assemble
+    from context.state import ContextRequest
     from conversations.selectors import access_conversation
 
     conversation = access_conversation(tenant=tenant, conversation_id=series.conversation_id)
@@ -430,7 +432,9 @@ def query_breakdown(tenant: Any, s: Series, calls: int, show: bool) -> None:
     round trip of each over `calls` calls."""
     from django.db import connection
 
-    from context.pipeline import ContextRequest, context_assemble, context_payload
+    from context.payload import context_payload
+    from context.pipeline import context_assemble
+    from context.state import ContextRequest
     from conversations.selectors import access_conversation
 
     timings: dict[int, list[float]] = {}

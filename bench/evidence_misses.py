@@ -47,7 +47,8 @@ def mnemo_seqs(conversation: dict[str, Any]) -> dict[int, int]:
 
 def ask(conversation_row: Any, question: dict[str, Any], budget: int) -> tuple[dict[str, Any], list[int]]:
     """The response body and the Mnemo seqs of B5's message candidates, best first."""
-    from context.pipeline import context_assemble, context_payload
+    from context.payload import context_payload
+    from context.pipeline import context_assemble
     from context.state import ContextRequest
 
     request = ContextRequest(

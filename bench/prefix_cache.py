@@ -199,7 +199,9 @@ class MnemoRun:
 
 
 def run_mnemo(tenant: Any, script: list[Exchange], budget: int) -> MnemoRun:
-    from context.pipeline import ContextRequest, context_assemble, context_payload
+    from context.payload import context_payload
+    from context.pipeline import context_assemble
+    from context.state import ContextRequest
     from conversations.services import conversation_create, message_append_batch
 
     conversation = conversation_create(tenant=tenant, model=MODEL, title=f"prefix bench, budget {budget}")

@@ -199,7 +199,8 @@ def sequential(
 def pipeline(conversation_id: str, rounds: int, rng: random.Random) -> list[float]:
     """The context pipeline alone on the same conversation, in this process (no HTTP, no proxy): what
     POST …/context costs, the baseline for the proxy's context time."""
-    from context.pipeline import ContextRequest, context_assemble
+    from context.pipeline import context_assemble
+    from context.state import ContextRequest
     from conversations.models import Conversation
 
     conversation = Conversation.objects.select_related("tenant").get(pk=conversation_id)

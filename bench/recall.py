@@ -446,7 +446,8 @@ def build(
 ) -> tuple[list[Any], float]:
     """Append every exchange through the services, ask for the context as a client would (recorded, default
     budget: compaction runs as in production) and let the memory agent run after each completed exchange."""
-    from context.pipeline import ContextRequest, context_assemble
+    from context.pipeline import context_assemble
+    from context.state import ContextRequest
     from conversations.services import conversation_create, message_append_batch
 
     started = time.perf_counter()
@@ -476,7 +477,9 @@ def build(
 
 def mnemo_prompt(conversation: Any, question: str, budget: int) -> tuple[str, int, dict[str, str], float]:
     """(the prompt text, its tokens, text per block, milliseconds) of a dry-run context call."""
-    from context.pipeline import ContextRequest, context_assemble, context_payload
+    from context.payload import context_payload
+    from context.pipeline import context_assemble
+    from context.state import ContextRequest
 
     started = time.perf_counter()
     state = context_assemble(

@@ -13,7 +13,9 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from context.models import AgentProfile, ConversationContext
-from context.pipeline import ContextRequest, context_assemble, context_payload
+from context.payload import context_payload
+from context.pipeline import context_assemble
+from context.state import ContextRequest
 from conversations.admin import conversation_label
 from conversations.models import Conversation
 from prefix_cache.rendering import FORMATS

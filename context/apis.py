@@ -12,7 +12,8 @@ from rest_framework.views import APIView
 
 from context import services
 from context.models import AgentProfile
-from context.pipeline import ContextRequest, context_assemble, context_payload
+from context.payload import context_payload
+from context.pipeline import context_assemble
 from context.selectors import access_agent_profile
 from context.serializers import (
     AgentProfileListOutputSerializer,
@@ -20,6 +21,7 @@ from context.serializers import (
     ContextOutputSerializer,
     ConversationAgentProfileOutputSerializer,
 )
+from context.state import ContextRequest
 from conversations.selectors import access_conversation
 from prefix_cache.rendering import FORMATS
 from prefix_cache.services import context_call_note
