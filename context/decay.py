@@ -7,6 +7,7 @@ that was shortened is listed in `dropped`; images described offline are reported
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -176,10 +177,13 @@ def _describe_images(state: ContextState, images: list[Attachment]) -> None:
         )
     if not waiting:
         return
-    if state.request.record:
-        image_descriptions_request(
-            tenant=state.conversation.tenant, images=[a.image for a in waiting if a.image is not None]
+    state.writes.append(
+        functools.partial(
+            image_descriptions_request,
+            tenant=state.conversation.tenant,
+            images=[a.image for a in waiting if a.image is not None],
         )
+    )
     assert status.config is not None
     state.degrade(
         "decay",

@@ -215,10 +215,7 @@ def _cut_history(state: ContextState, cut: list[HistoryMessage], *, kept_tokens:
             "tokens": tokens,
         }
     )
-    if state.request.record:
-        ConversationContext.objects.filter(pk=state.context.pk, window_start_seq__lt=new_start).update(
-            window_start_seq=new_start, updated_at=timezone.now()
-        )
+    state.writes.append(functools.partial(_window_start_move, state.conversation.pk, new_start))
     state.context.window_start_seq = new_start
     return kept_tokens
 
@@ -245,3 +242,10 @@ def _shorten_newest(state: ContextState, allowance: int) -> int:
         )
     layout.b6 = shortened
     return sum(m.token_count for m in shortened)
+
+
+def _window_start_move(conversation_id: Any, start: int) -> None:
+    """The window start only moves forward (a concurrent call may have moved it further)."""
+    ConversationContext.objects.filter(conversation_id=conversation_id, window_start_seq__lt=start).update(
+        window_start_seq=start, updated_at=timezone.now()
+    )

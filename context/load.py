@@ -1,6 +1,7 @@
 """The call's set-up and its load stage: the model, format and budget of the request; the question (sent as
 text or a stored message), B1, the summaries (B4), core memory (B2a), the call's Budget, and B6."""
 
+import functools
 import uuid
 
 from context import sources
@@ -33,11 +34,12 @@ _DEFAULT_PROFILE = FixedQuery(
 )
 
 
-def _context_state(conversation: Conversation) -> ConversationContext:
+def _context_state(conversation: Conversation) -> tuple[ConversationContext, bool]:
+    """The conversation's pipeline state, and whether it is new (not stored yet: the writes store it)."""
     state = _CONTEXT_STATE.first(conversation_id=conversation.pk)
     if state is None:
-        state, _ = ConversationContext.objects.get_or_create(conversation=conversation)
-    return state
+        return ConversationContext(conversation=conversation), True
+    return state, False
 
 
 def prepare(*, conversation: Conversation, request: ContextRequest) -> ContextState:
@@ -53,6 +55,7 @@ def prepare(*, conversation: Conversation, request: ContextRequest) -> ContextSt
             code="budget_exceeds_window",
             extra={"context_window": info.context_window},
         )
+    context, new = _context_state(conversation)
     state = ContextState(
         conversation=conversation,
         request=request,
@@ -60,8 +63,12 @@ def prepare(*, conversation: Conversation, request: ContextRequest) -> ContextSt
         info=info,
         fmt=fmt,
         budget=budget,
-        context=_context_state(conversation),
+        context=context,
     )
+    if new:
+        state.writes.append(
+            functools.partial(ConversationContext.objects.get_or_create, conversation=conversation)
+        )
     if not is_known_model(model):
         state.degrade(
             "load", "unknown_model", f"{model!r} is not in the model table; counted as {info.encoding}."

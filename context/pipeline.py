@@ -1,5 +1,5 @@
 """The context pipeline: load → overlay → rewrite → retrieve → decay → budget → render → hint over one
-state object, each stage timed.
+state object, each stage timed; then the writes the stages noted are applied, once (context/writes.py).
 
 Blocks come from sources (context/sources.py); a block whose source is not built is absent, never faked.
 The budget arithmetic lives in context/budget.py, B6 in context/history.py, the placing in
@@ -9,8 +9,6 @@ context/placement.py, the prefix hints in context/prefix.py and the response bod
 import time
 from collections.abc import Callable
 
-from django.db import transaction
-
 from context import sources
 from context.decay import attachments_decay
 from context.load import prepare, question_and_blocks_load
@@ -18,6 +16,7 @@ from context.placement import budget_fit
 from context.prefix import prefix_hint
 from context.retrieval import focused, load_retrieval
 from context.state import ContextRequest, ContextState
+from context.writes import writes_apply
 from conversations.models import Conversation
 from prefix_cache.rendering import render
 from providers.embeddings import embed_query_ahead
@@ -65,11 +64,11 @@ def context_assemble(*, conversation: Conversation, request: ContextRequest) -> 
         # and the load stage read the database (a stored question starts in the load stage).
         embed_query_ahead(focused(request.user_message))
     state = prepare(conversation=conversation, request=request)
-    with transaction.atomic():
-        for name in STAGES:
-            started = time.perf_counter()
-            STAGE_FUNCTIONS[name](state)
-            state.timings[name] = round((time.perf_counter() - started) * 1000, 3)
+    for name in STAGES:
+        started = time.perf_counter()
+        STAGE_FUNCTIONS[name](state)
+        state.timings[name] = round((time.perf_counter() - started) * 1000, 3)
+    writes_apply(state)
     # Redis faults this request rode out (cache, broker, lock; providers.faults), work queued on commit too.
     for code, message in service_faults():
         state.degrade("services", code, message)

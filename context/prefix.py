@@ -1,11 +1,14 @@
 """The hint stage: the prompt's prefix levels (B1 … B1+B2a+B4+B6) and the hash chain of its history, what
 the tenant sent before of them, and the cache the provider can be expected to serve."""
 
+import functools
+from typing import Any
+
 from context.budget import system_message_tokens
 from context.state import ContextState
 from prefix_cache.rendering import canonical_json, sha256
 from prefix_cache.rendering import system_sections as render_system_sections
-from prefix_cache.services import PrefixLevel, PrefixMatch, cache_usage_open, prefix_hints_record
+from prefix_cache.services import PrefixLevel, cache_usage_open, prefix_hints_find, prefix_hints_record
 from prefix_cache.usage import cacheable_tokens
 
 LEVELS = ("B1", "B1+B2a", "B1+B2a+B4", "B1+B2a+B4+B6")
@@ -13,11 +16,8 @@ LEVELS = ("B1", "B1+B2a", "B1+B2a+B4", "B1+B2a+B4+B6")
 
 def prefix_hint(state: ContextState) -> None:
     levels, chain, prompt = _prefix_levels(state)
-    match = PrefixMatch(level=None, chain_index=None)
-    if state.request.record:
-        match = prefix_hints_record(
-            tenant=state.conversation.tenant, levels=levels + ([prompt] if prompt else []), chain=chain
-        )
+    tenant, seen = state.conversation.tenant, levels + ([prompt] if prompt else [])
+    match = prefix_hints_find(tenant=tenant, levels=seen, chain=chain)
     hit = match.level if match.level != "prompt" else LEVELS[3]
     if match.chain_index is not None:
         # The system message and the history up to that message were sent before, byte for byte.
@@ -40,17 +40,29 @@ def prefix_hint(state: ContextState) -> None:
             for p in ("openai", "anthropic", "gemini")
         },
     }
-    if state.request.record:
-        usage = cache_usage_open(
-            conversation=state.conversation,
+    state.writes.append(functools.partial(prefix_hints_record, tenant=tenant, levels=seen, match=match))
+    state.writes.append(
+        functools.partial(
+            _usage_open,
+            state,
             provider=provider,
-            model=state.model,
-            predicted_prompt_tokens=state.tokens["total"],
             predicted_cacheable_tokens=predicted,
             prefix_hash=levels[-1].hash,
             hint_level=hit,
         )
-        state.context_id = str(usage.id)
+    )
+
+
+def _usage_open(state: ContextState, **prediction: Any) -> None:
+    """The call's CacheUsage row, its prediction now and the provider's usage when reported; its id is the
+    response's context_id (None in a call that records nothing)."""
+    usage = cache_usage_open(
+        conversation=state.conversation,
+        model=state.model,
+        predicted_prompt_tokens=state.tokens["total"],
+        **prediction,
+    )
+    state.context_id = str(usage.id)
 
 
 def _prefix_levels(state: ContextState) -> tuple[list[PrefixLevel], list[str], PrefixLevel | None]:

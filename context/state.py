@@ -3,6 +3,7 @@ context/sources.py and context/retrieval.py all read and write it; none of them 
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +63,10 @@ class ContextState:
     rewrite: Rewrite | None = None  # the rewrite stage's outcome (None: no retrieval)
     # Retrieval hits, best first: the budget stage fills B5 from them with the room the other blocks leave.
     candidates: list[Item] = field(default_factory=list)
+
+    # What the call changes (rows, queued work), applied once after the stages by context/writes.py, and only
+    # when the request records: a stage never writes itself.
+    writes: list[Callable[[], object]] = field(default_factory=list)
 
     def degrade(self, stage: str, code: str, message: str) -> None:
         """A fallback is never silent: logged, counted and reported in the response (once per cause)."""
