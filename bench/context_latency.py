@@ -347,8 +347,8 @@ def context_call(tenant: Any, series: Series) -> tuple[float, float, Any]:
     (wall seconds, CPU seconds, state); the state's timings gain `prepare+commit` and `payload+JSON`."""
     from rest_framework.renderers import JSONRenderer
 
-    from context.payload import context_payload
     from context.pipeline import context_assemble
+    from context.serializers import context_payload
     from context.state import ContextRequest
     from conversations.selectors import access_conversation
 
@@ -432,8 +432,8 @@ def query_breakdown(tenant: Any, s: Series, calls: int, show: bool) -> None:
     round trip of each over `calls` calls."""
     from django.db import connection
 
-    from context.payload import context_payload
     from context.pipeline import context_assemble
+    from context.serializers import context_payload
     from context.state import ContextRequest
     from conversations.selectors import access_conversation
 

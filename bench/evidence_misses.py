@@ -47,8 +47,8 @@ def mnemo_seqs(conversation: dict[str, Any]) -> dict[int, int]:
 
 def ask(conversation_row: Any, question: dict[str, Any], budget: int) -> tuple[dict[str, Any], list[int]]:
     """The response body and the Mnemo seqs of B5's message candidates, best first."""
-    from context.payload import context_payload
     from context.pipeline import context_assemble
+    from context.serializers import context_payload
     from context.state import ContextRequest
 
     request = ContextRequest(

@@ -199,8 +199,8 @@ class MnemoRun:
 
 
 def run_mnemo(tenant: Any, script: list[Exchange], budget: int) -> MnemoRun:
-    from context.payload import context_payload
     from context.pipeline import context_assemble
+    from context.serializers import context_payload
     from context.state import ContextRequest
     from conversations.services import conversation_create, message_append_batch
 

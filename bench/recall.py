@@ -477,8 +477,8 @@ def build(
 
 def mnemo_prompt(conversation: Any, question: str, budget: int) -> tuple[str, int, dict[str, str], float]:
     """(the prompt text, its tokens, text per block, milliseconds) of a dry-run context call."""
-    from context.payload import context_payload
     from context.pipeline import context_assemble
+    from context.serializers import context_payload
     from context.state import ContextRequest
 
     started = time.perf_counter()

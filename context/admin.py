@@ -13,8 +13,8 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from context.models import AgentProfile, ConversationContext
-from context.payload import context_payload
 from context.pipeline import context_assemble
+from context.serializers import context_payload
 from context.state import ContextRequest
 from conversations.admin import conversation_label
 from conversations.models import Conversation
@@ -34,7 +34,7 @@ class InspectorForm(forms.Form):
         field = cast(forms.ModelChoiceField, self.fields["conversation"])
         field.queryset = conversations
         # Told apart by end user, short id, created and message count; under their tenant's name when the
-        # user sees several tenants (#18 item 5). The queryset still decides what is accepted.
+        # user sees several tenants. The queryset still decides what is accepted.
         labelled = [(c, conversation_label(c)) for c in conversations[:200]]
         if grouped:
             groups: dict[str, list[tuple[str, str]]] = {}
@@ -45,7 +45,7 @@ class InspectorForm(forms.Form):
             field.widget.choices = [("", "---------"), *((str(c.pk), label) for c, label in labelled)]
 
 
-# --- The inspector's prompt as people read it (#18 item 7): text with its line breaks, images as thumbnails,
+# --- The inspector's prompt as people read it: text with its line breaks, images as thumbnails,
 # anything else as indented JSON with long strings (base64) shortened.
 LONG_STRING = 300
 

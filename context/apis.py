@@ -12,7 +12,6 @@ from rest_framework.views import APIView
 
 from context import services
 from context.models import AgentProfile
-from context.payload import context_payload
 from context.pipeline import context_assemble
 from context.selectors import access_agent_profile
 from context.serializers import (
@@ -120,7 +119,7 @@ class ContextApi(APIView):
                 agent_profile_id=data.get("agent_profile"),
             ),
         )
-        payload = context_payload(state)
+        payload = ContextOutputSerializer(state).data
         # The dashboard's latency and degradation charts per tenant (prefix_cache.ContextCallHour).
         context_call_note(
             tenant_id=conversation.tenant_id,

@@ -76,11 +76,6 @@ def _history_messages(state: ContextState, rows: list[tuple[Any, ...]]) -> list[
     return messages
 
 
-# A B6 row as _history_rows reads it (tuples, not model instances: at a 128k window these are thousands).
-# The parts come as text: most messages have none ("[]"), and the JSON field's converter decoded each
-# one (~1 ms of the ~500-message window of bench/proxy.py).
-
-
 def _parts(text: str | None) -> list[dict[str, Any]]:
     if not text or text == "[]":  # the column is never null; most messages have no parts
         return []
@@ -114,8 +109,8 @@ def _history_rows(state: ContextState, after: int, before: int, allowance: int) 
     hold more than the allowance. Each page reads whole rows: every row a page brings is shown or cut by the
     budget stage, and reading their tokens first and their content in a second query (as before) cost a
     round trip and a query's compilation on every call for the same rows."""
-    # Sized so that one page usually covers the allowance (at ~40 tokens a message): a 128k window is
-    # thousands of messages, and each page is a query.
+    # Sized so that one page usually covers the allowance (a message is some tens of tokens): a large window
+    # is thousands of messages, and each page is a query.
     page_size = min(5000, max(500, allowance // 40))
     query = _history_page(page_size)
     rows: list[tuple[Any, ...]] = []

@@ -86,7 +86,7 @@ def _prefix_levels(state: ContextState) -> tuple[list[PrefixLevel], list[str], P
         running = sha256(running + group)
         chain.append(running)
     # The whole history's JSON is its groups' entries in one list: the payload hashes it without a second
-    # serialisation (thousands of messages at a 128k window).
+    # serialisation (thousands of messages at a large window).
     state.history_json = "[" + ",".join(group[1:-1] for group in groups if len(group) > 2) + "]"
     history_hash = chain[-1] if chain else sha256(levels[-1].hash + "[]")
     levels.append(PrefixLevel(LEVELS[3], history_hash, levels[-1].tokens + state.tokens["history"]))
