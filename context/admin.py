@@ -15,6 +15,7 @@ from django.urls import path
 from context.models import AgentProfile, ConversationContext
 from context.pipeline import context_assemble
 from context.serializers import context_payload
+from context.services import agent_profile_create, agent_profile_update
 from context.state import ContextRequest
 from conversations.admin import conversation_label
 from conversations.models import Conversation
@@ -129,8 +130,6 @@ class AgentProfileAdmin(TenantScopedAdmin):
         return obj.render() if obj.pk else ""
 
     def save_model(self, request: HttpRequest, obj: AgentProfile, form: Any, change: bool) -> None:
-        from context.services import agent_profile_create, agent_profile_update
-
         data = {name: form.cleaned_data[name] for name in ("name", "scope", "policy", "is_default")}
         try:
             if change:

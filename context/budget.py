@@ -1,22 +1,16 @@
 """The one home of the context call's budget arithmetic: the shares and caps of the blocks (a frozen Budget,
-computed once per call in the load stage and read by load, decay and the budget stage), and the exact count
-of a prompt's tokens that the budget stage fits against."""
-
-from __future__ import annotations
+computed once per call in the load stage and read by load, decay and the budget stage)."""
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 
 from prefix_cache.accounting import count_cached
-from prefix_cache.rendering import Layout, current_user_text, system_text
+from prefix_cache.rendering import Layout
 from prefix_cache.rendering import system_sections as render_system_sections
 from providers.model_table import ModelInfo
 from providers.tokens import MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS, count_message
-
-if TYPE_CHECKING:
-    from context.state import ContextState
 
 # Budget by value: of what B1, core memory and the current message leave (the room), retrieval keeps this
 # share when the question has hits, the summaries (B4) at most SUMMARY_SHARE, and the history (B6) the rest.
@@ -78,12 +72,11 @@ class Budget:
         return int(free * ATTACHMENT_SHARE) if has_hits else free
 
 
-def budget_shares(state: ContextState) -> Budget:
-    """The call's Budget, from the blocks the load stage has read before the history (B1, core memory, the
-    summaries and the current message)."""
-    layout, total = state.layout, state.budget
-    system_fixed = _system_fixed(state)
-    fixed = system_fixed + count_cached(layout.user_message, model=state.model)
+def budget_shares(layout: Layout, *, total: int, model: str) -> Budget:
+    """The call's Budget of `total` tokens, from the blocks the load stage has read before the history (B1,
+    core memory, the summaries and the current message)."""
+    system_fixed = _system_fixed(layout, model=model)
+    fixed = system_fixed + count_cached(layout.user_message, model=model)
     fixed += MESSAGE_OVERHEAD_TOKENS + REPLY_PRIMING_TOKENS + sum(i.tokens for i in layout.memory_updates)
     room = max(0, total - fixed)
     # Not of the room the question leaves: a longer question must not drop the summaries, and the cached
@@ -139,21 +132,7 @@ def system_message_tokens(text: str, *, model: str) -> int:
     return count_cached(text, model=model) + count_message(role="system", content="", model=model)
 
 
-def _system_fixed(state: ContextState) -> int:
+def _system_fixed(layout: Layout, *, model: str) -> int:
     """Tokens of B1 and core memory as the system message carries them."""
-    b1_b2a = [s for s in render_system_sections(state.layout)[:2] if s]
-    return system_message_tokens("\n\n".join(b1_b2a), model=state.model)
-
-
-def exact_total(state: ContextState, history_tokens: int) -> dict[str, int]:
-    """The prompt's tokens as the provider counts them: the system message, the history (its stored counts)
-    and the current user message, with the reply priming."""
-    layout = state.layout
-    system_tokens = system_message_tokens(system_text(layout), model=state.model)
-    user_tokens = count_message(role="user", content=current_user_text(layout), model=state.model)
-    return {
-        "system": system_tokens,
-        "history": history_tokens,
-        "user": user_tokens,
-        "total": system_tokens + history_tokens + user_tokens + REPLY_PRIMING_TOKENS,
-    }
+    b1_b2a = [s for s in render_system_sections(layout)[:2] if s]
+    return system_message_tokens("\n\n".join(b1_b2a), model=model)

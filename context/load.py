@@ -111,7 +111,7 @@ def question_and_blocks_load(state: ContextState) -> None:
     sources.load_summaries(state)
     sources.load_core_memory(state)
     state.history_until = history_until
-    state.shares = budget_shares(state)
+    state.shares = budget_shares(state.layout, total=state.budget, model=state.model)
     history_load(state, until_seq=history_until)
 
 

@@ -5,12 +5,13 @@ B4, B2b and B3 giving way. Every drop is listed."""
 import dataclasses
 
 from context import sources
-from context.budget import SECTION_TOKENS, SEPARATOR_TOKENS, exact_total
+from context.budget import SECTION_TOKENS, SEPARATOR_TOKENS, system_message_tokens
 from context.history import history_fit
 from context.retrieval import quoted_trigrams, repeats
 from context.state import ContextState
 from prefix_cache.accounting import count_cached
-from prefix_cache.rendering import Item
+from prefix_cache.rendering import Item, current_user_text, system_text
+from providers.tokens import REPLY_PRIMING_TOKENS, count_message
 
 _TRUNCATION_MARKER = "\n[… task state truncated to fit the token budget]"
 
@@ -184,3 +185,17 @@ def _truncate_task_state(state: ContextState, *, history_tokens: int) -> None:
             "truncated": True,
         }
     )
+
+
+def exact_total(state: ContextState, history_tokens: int) -> dict[str, int]:
+    """The prompt's tokens as the provider counts them: the system message, the history (its stored counts)
+    and the current user message, with the reply priming."""
+    layout = state.layout
+    system_tokens = system_message_tokens(system_text(layout), model=state.model)
+    user_tokens = count_message(role="user", content=current_user_text(layout), model=state.model)
+    return {
+        "system": system_tokens,
+        "history": history_tokens,
+        "user": user_tokens,
+        "total": system_tokens + history_tokens + user_tokens + REPLY_PRIMING_TOKENS,
+    }
