@@ -3,7 +3,8 @@ state object, each stage timed; then the writes the stages noted are applied, on
 
 Blocks come from sources (context/sources.py); a block whose source is not built is absent, never faked.
 The budget arithmetic lives in context/budget.py, B6 in context/history.py, the placing in
-context/placement.py, the prefix hints in context/prefix.py and the response body in context/payload.py.
+context/placement.py, the prefix hints in context/prefix.py, the response body in context/serializers.py
+(its blocks in context/blocks.py).
 """
 
 import time
