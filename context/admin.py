@@ -13,7 +13,10 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from context.models import AgentProfile, ConversationContext
-from context.pipeline import ContextRequest, context_assemble, context_payload
+from context.pipeline import context_assemble
+from context.serializers import context_payload
+from context.services import agent_profile_create, agent_profile_update
+from context.state import ContextRequest
 from conversations.admin import conversation_label
 from conversations.models import Conversation
 from prefix_cache.rendering import FORMATS
@@ -32,7 +35,7 @@ class InspectorForm(forms.Form):
         field = cast(forms.ModelChoiceField, self.fields["conversation"])
         field.queryset = conversations
         # Told apart by end user, short id, created and message count; under their tenant's name when the
-        # user sees several tenants (#18 item 5). The queryset still decides what is accepted.
+        # user sees several tenants. The queryset still decides what is accepted.
         labelled = [(c, conversation_label(c)) for c in conversations[:200]]
         if grouped:
             groups: dict[str, list[tuple[str, str]]] = {}
@@ -43,7 +46,7 @@ class InspectorForm(forms.Form):
             field.widget.choices = [("", "---------"), *((str(c.pk), label) for c, label in labelled)]
 
 
-# --- The inspector's prompt as people read it (#18 item 7): text with its line breaks, images as thumbnails,
+# --- The inspector's prompt as people read it: text with its line breaks, images as thumbnails,
 # anything else as indented JSON with long strings (base64) shortened.
 LONG_STRING = 300
 
@@ -127,8 +130,6 @@ class AgentProfileAdmin(TenantScopedAdmin):
         return obj.render() if obj.pk else ""
 
     def save_model(self, request: HttpRequest, obj: AgentProfile, form: Any, change: bool) -> None:
-        from context.services import agent_profile_create, agent_profile_update
-
         data = {name: form.cleaned_data[name] for name in ("name", "scope", "policy", "is_default")}
         try:
             if change:

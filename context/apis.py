@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 
 from context import services
 from context.models import AgentProfile
-from context.pipeline import ContextRequest, context_assemble, context_payload
+from context.pipeline import context_assemble
 from context.selectors import access_agent_profile
 from context.serializers import (
     AgentProfileListOutputSerializer,
@@ -20,6 +20,7 @@ from context.serializers import (
     ContextOutputSerializer,
     ConversationAgentProfileOutputSerializer,
 )
+from context.state import ContextRequest
 from conversations.selectors import access_conversation
 from prefix_cache.rendering import FORMATS
 from prefix_cache.services import context_call_note
@@ -118,7 +119,7 @@ class ContextApi(APIView):
                 agent_profile_id=data.get("agent_profile"),
             ),
         )
-        payload = context_payload(state)
+        payload = ContextOutputSerializer(state).data
         # The dashboard's latency and degradation charts per tenant (prefix_cache.ContextCallHour).
         context_call_note(
             tenant_id=conversation.tenant_id,

@@ -7,9 +7,13 @@ that was shortened is listed in `dropped`; images described offline are reported
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from context.budget import SEPARATOR_TOKENS
+from context.history import window_keep_from
+from conversations.parts import iter_image_parts
 from knowledge.attachments import (
     LEVELS,
     PRIORITIES,
@@ -22,18 +26,13 @@ from knowledge.tasks import image_descriptions_request
 from knowledge.vision import vision_status
 from prefix_cache.accounting import count_cached
 from prefix_cache.rendering import Item
-from providers.tokens import MESSAGE_OVERHEAD_TOKENS, REPLY_PRIMING_TOKENS, truncate_text
+from providers.tokens import truncate_text
 
 if TYPE_CHECKING:
     from context.state import ContextState
 
-# Attachments share what the other blocks leave with retrieval (B5) when the question has hits.
-ATTACHMENT_SHARE = 0.5
 # A P0 content cut shorter than this is not worth it: the item falls back to its description.
 MIN_CONTENT_TOKENS = 64
-SEPARATOR_TOKENS = 2
-# The section's title, and the question's own title when the attachments are the only section.
-SECTION_TOKENS = 16
 CUT_MARKER = "\n[… shortened here to fit the token budget]"
 
 
@@ -68,7 +67,7 @@ class Entry:
 
 def attachments_decay(state: ContextState) -> None:
     """The decay stage (context/pipeline.py)."""
-    allowance = decay_allowance(state)
+    allowance = state.shares.attachments_allowance(state.layout, has_hits=bool(state.candidates))
     shown = _shown_image_ids(state)
     entries = _entries(state, content_tokens=allowance, shown=shown)
     _fit(entries, allowance=allowance, model=state.model, dropped=state.dropped)
@@ -81,25 +80,6 @@ def attachments_decay(state: ContextState) -> None:
         for e in kept
         if e.level is not None
     ]
-
-
-def decay_allowance(state: ContextState) -> int:
-    """Tokens the attachments may take: what B1, core memory, the current message, the history (at most its
-    allowance), the summaries (at most their share), the task state and the session profile leave; half of
-    it when retrieval has hits for the question, which the budget stage places after."""
-    from context.pipeline import SUMMARY_SHARE  # the pipeline imports this module
-
-    layout = state.layout
-    fixed = (layout.b1.tokens if layout.b1 else 0) + sum(i.tokens for i in layout.b2a)
-    fixed += sum(i.tokens for i in layout.memory_updates)
-    fixed += count_cached(layout.user_message, model=state.model)
-    fixed += 2 * MESSAGE_OVERHEAD_TOKENS + REPLY_PRIMING_TOKENS
-    room = max(0, state.budget - fixed)
-    history = min(sum(m.token_count for m in layout.b6), state.history_allowance)
-    summaries = min(sum(i.tokens for i in layout.b4), int(room * SUMMARY_SHARE))
-    per_request = sum(i.tokens for i in (layout.b3, layout.b2b) if i is not None)
-    free = max(0, room - history - summaries - per_request - SECTION_TOKENS)
-    return int(free * ATTACHMENT_SHARE) if state.candidates else free
 
 
 # --- the entries ------------------------------------------------------------------------------------------
@@ -166,18 +146,12 @@ def _shown_image_ids(state: ContextState) -> set[str]:
     """Images whose pixels the history will show (not duplicates, not compacted to a placeholder), in the
     messages the budget stage will keep: all of B6 when it fits its allowance, else (as the window cut does)
     the newest exchange and what fits the share of the allowance a cut keeps."""
-    from context.pipeline import WINDOW_REFILL  # the pipeline imports this module
-    from conversations.parts import iter_image_parts
-
     messages = state.layout.b6
-    if sum(m.token_count for m in messages) > state.history_allowance:
-        target, kept, newest = int(state.history_allowance * WINDOW_REFILL), 0, []
-        for message in reversed(messages):
-            if message.seq < state.protected_from_seq and kept + message.token_count > target:
-                break
-            kept += message.token_count
-            newest.append(message)
-        messages = newest
+    if sum(m.token_count for m in messages) > state.shares.history_allowance:
+        keep_from, _ = window_keep_from(
+            messages, target=state.shares.window_target, protected_from_seq=state.protected_from_seq
+        )
+        messages = messages[keep_from:]
     shown = set()
     for message in messages:
         for part in iter_image_parts(message.parts):
@@ -204,10 +178,13 @@ def _describe_images(state: ContextState, images: list[Attachment]) -> None:
         )
     if not waiting:
         return
-    if state.request.record:
-        image_descriptions_request(
-            tenant=state.conversation.tenant, images=[a.image for a in waiting if a.image is not None]
+    state.writes.append(
+        functools.partial(
+            image_descriptions_request,
+            tenant=state.conversation.tenant,
+            images=[a.image for a in waiting if a.image is not None],
         )
+    )
     assert status.config is not None
     state.degrade(
         "decay",

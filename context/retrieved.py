@@ -280,8 +280,10 @@ def load_retrieval(state: ContextState, *, room: int) -> None:
     scope = Scope(conversation=state.conversation, before_seq=state.history_until)
     found = candidates_find(question=query, expansion=expansion, scope=scope, room=room)
     if found.vectors_missing:
-        # Have them computed; while a run is queued this costs one cache operation.
-        message_vectors_request(conversation_id=state.conversation.pk)
+        # Have them computed (a write of the call: a dry run queues nothing); while a run is queued this costs
+        # one cache operation.
+        conversation_id = state.conversation.pk
+        state.writes.append(lambda: message_vectors_request(conversation_id=conversation_id))
     for degradation in found.degradations:
         state.degrade("retrieve", degradation.code, degradation.message)
     memories = [_memory_item(state, m) for m in found.memories]

@@ -1,20 +1,26 @@
-"""Output shapes of the context call and the agent profiles. The context body is built by
-context.pipeline.context_payload; these serializers document it (and `make schema-check` holds every
-response to them)."""
+"""Output shapes of the context call and the agent profiles. ContextOutputSerializer renders the context
+body from the pipeline's state (context_payload) and is its schema (`make schema-check` holds every
+response to it); the blocks come from context/blocks.py."""
+
+from typing import Any
 
 from rest_framework import serializers
 
+from context.blocks import context_blocks
 from context.models import AgentProfile
+from context.state import ContextState
 from prefix_cache.rendering import FORMATS
 from tenants.api import DegradationSerializer
 
 
 class ContextTokensSerializer(serializers.Serializer):
-    system = serializers.IntegerField()
-    history = serializers.IntegerField()
-    user = serializers.IntegerField()
-    total = serializers.IntegerField()
-    exact = serializers.BooleanField(help_text="False when the model's tokenizer is not known (estimated).")
+    system = serializers.IntegerField(source="tokens.system")
+    history = serializers.IntegerField(source="tokens.history")
+    user = serializers.IntegerField(source="tokens.user")
+    total = serializers.IntegerField(source="tokens.total")
+    exact = serializers.BooleanField(
+        source="info.exact_tokens", help_text="False when the model's tokenizer is not known (estimated)."
+    )
 
 
 class ContextBlockSerializer(serializers.Serializer):
@@ -44,24 +50,36 @@ class ContextPrefixSerializer(serializers.Serializer):
 
 class ContextWindowSerializer(serializers.Serializer):
     boundary_seq = serializers.IntegerField()
-    window_start_seq = serializers.IntegerField()
+    window_start_seq = serializers.IntegerField(source="context.window_start_seq")
 
 
+class ContextBlocksField(serializers.DictField):
+    """The blocks, computed from the state when the body is rendered (context/blocks.py)."""
+
+    def to_representation(self, value: Any) -> dict[str, Any]:  # the ContextState (source="*")
+        return super().to_representation(context_blocks(value))
+
+
+# The context body, rendered from a ContextState after context_assemble; the field order is the body's key
+# order. (A comment, not a docstring: the schema would publish a docstring as the body's description.)
 class ContextOutputSerializer(serializers.Serializer):
     context_id = serializers.UUIDField(help_text="Name it when reporting the provider's usage.")
     model = serializers.CharField()
-    format = serializers.ChoiceField(choices=FORMATS)
+    format = serializers.ChoiceField(source="fmt", choices=FORMATS)
     system = serializers.JSONField(
+        source="rendered.system",
         help_text="The system prompt in the format's shape: a string (openai), a list of text blocks with "
-        "cache_control (anthropic), or a {parts} object (gemini)."
+        "cache_control (anthropic), or a {parts} object (gemini).",
     )
     messages = serializers.ListField(
+        source="rendered.messages",
         child=serializers.DictField(),
         help_text="The messages to send, in the format's shape (openai includes the system message).",
     )
-    token_budget = serializers.IntegerField()
-    tokens = ContextTokensSerializer()
-    blocks = serializers.DictField(
+    token_budget = serializers.IntegerField(source="budget")
+    tokens = ContextTokensSerializer(source="*")
+    blocks = ContextBlocksField(
+        source="*",
         child=ContextBlockSerializer(),
         help_text="By block: B1, B2a, B4, B6, B5, B3, B2b, memory_updates, attachments, user (only those "
         "present).",
@@ -70,9 +88,14 @@ class ContextOutputSerializer(serializers.Serializer):
         child=serializers.DictField(), help_text="What the budget left out: `block`, `reason`, `tokens`…"
     )
     prefix = ContextPrefixSerializer()
-    window = ContextWindowSerializer()
+    window = ContextWindowSerializer(source="*")
     timings = serializers.DictField(child=serializers.FloatField(), help_text="Milliseconds by stage.")
     degradations = DegradationSerializer(many=True)
+
+
+def context_payload(state: ContextState) -> dict[str, Any]:
+    """The response body: the prompt ready to send, and how it was made."""
+    return ContextOutputSerializer(state).data
 
 
 class AgentProfileOutputSerializer(serializers.ModelSerializer):

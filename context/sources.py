@@ -5,6 +5,7 @@ its load stage calls load_summaries (B4) and load_core_memory (B2a), its overlay
 and B2b: the base state with the newer events applied), its rewrite and retrieve stages rewrite_query and
 load_retrieval (B5), after B6 is loaded."""
 
+import functools
 import logging
 
 from django.db import transaction
@@ -12,7 +13,7 @@ from django.db import transaction
 from context.state import ContextRequest, ContextState
 from conversations.models import Conversation, Message
 from memory.selectors import core_memory_at, core_memory_blocks_current, label_order
-from memory.services import core_memory_snapshot_get
+from memory.services import core_memory_snapshot_get, core_memory_snapshot_read
 from memory.state import SESSION_PROFILE_KEY, state_overlay
 from prefix_cache.accounting import count_cached
 from prefix_cache.rendering import Item, canonical_json
@@ -57,7 +58,13 @@ def load_core_memory(state: ContextState) -> None:
     conversation = state.conversation
     if conversation.end_user_id is None:
         return
-    snapshot = core_memory_snapshot_get(conversation=conversation, boundary_seq=state.boundary_seq)
+    snapshot, unsaved = core_memory_snapshot_read(conversation=conversation, boundary_seq=state.boundary_seq)
+    if unsaved:  # taken at the first call, advanced past a boundary that moved
+        state.writes.append(
+            functools.partial(
+                core_memory_snapshot_get, conversation=conversation, boundary_seq=state.boundary_seq
+            )
+        )
     current = core_memory_blocks_current(end_user_id=conversation.end_user_id)
     folded = core_memory_at(end_user_id=conversation.end_user_id, versions=snapshot.versions, current=current)
     items = []
@@ -142,13 +149,11 @@ def compaction_schedule(state: ContextState, *, history_budget: int, summary_bud
     """Called by the budget stage: when the history since the last boundary passes the background share of
     `history_budget` (sized from this request's budget), a background compaction is queued (duplicates
     collapse) with that budget, and `summary_budget` (B4's share) for its roll-ups. The request itself
-    never compacts: it uses the summaries that exist and cuts the window (prompt only) meanwhile. A request
-    that records nothing (the inspector's dry run) queues nothing.
+    never compacts: it uses the summaries that exist and cuts the window (prompt only) meanwhile. The queueing
+    is one of the call's writes (a request that records nothing, the inspector's dry run, queues nothing).
 
     Core-memory edits are folded into B2a at a boundary by a receiver of summaries.signals.boundary_moved
     (context/apps.py)."""
-    if not state.request.record:
-        return
     cfg = compaction_config(state.conversation)
     budget = min(history_budget, cfg.history_budget)
     loaded_all = (
@@ -168,11 +173,13 @@ def compaction_schedule(state: ContextState, *, history_budget: int, summary_bud
         # call holding it until its commit (which checks its new rows' keys against the conversation row a
         # running compaction holds, while that compaction waits for the state row) deadlocked on PostgreSQL.
         conversation = state.conversation
-        transaction.on_commit(
-            lambda: compaction_request(
+
+        def queue() -> None:
+            compaction_request(
                 conversation=conversation,
                 trigger="auto",
                 history_budget=budget,
                 summary_budget=summary_budget,
             )
-        )
+
+        state.writes.append(functools.partial(transaction.on_commit, queue))

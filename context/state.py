@@ -1,11 +1,13 @@
-"""The context pipeline's request and the one state object its stages pass along (context/pipeline.py,
-context/sources.py, context/retrieval.py all read and write it; none of them imports another for it)."""
+"""The context pipeline's request and the one state object its stages pass along (the pipeline's modules,
+context/sources.py and context/retrieved.py all read and write it; none of them imports another for it)."""
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from context.budget import Budget
 from context.models import ConversationContext
 from conversations.models import Conversation, Message
 from prefix_cache.rendering import Item, Layout, Rendered
@@ -47,8 +49,8 @@ class ContextState:
     # Set when older history after history_start was not even read because it could not fit: up to this seq.
     history_unread_to: int | None = None
     protected_from_seq: int = 0
-    # The tokens B6 may take in this prompt (pipeline.history_allowance), fixed before the history is read.
-    history_allowance: int = 0
+    # What each block may take in this prompt (context/budget.py), fixed before the history is read.
+    shares: Budget = field(default_factory=Budget)
     timings: dict[str, float] = field(default_factory=dict)
     degradations: list[dict[str, Any]] = field(default_factory=list)
     dropped: list[dict[str, Any]] = field(default_factory=list)
@@ -61,6 +63,10 @@ class ContextState:
     rewrite: Rewrite | None = None  # the rewrite stage's outcome (None: no retrieval)
     # Retrieval hits, best first: the budget stage fills B5 from them with the room the other blocks leave.
     candidates: list[Item] = field(default_factory=list)
+
+    # What the call changes (rows, queued work), applied once after the stages by context/writes.py, and only
+    # when the request records: a stage never writes itself.
+    writes: list[Callable[[], object]] = field(default_factory=list)
 
     def degrade(self, stage: str, code: str, message: str) -> None:
         """A fallback is never silent: logged, counted and reported in the response (once per cause)."""

@@ -228,6 +228,18 @@ def core_memory_snapshot_get(*, conversation: Conversation, boundary_seq: int) -
     return snapshot
 
 
+def core_memory_snapshot_read(
+    *, conversation: Conversation, boundary_seq: int
+) -> tuple[CoreMemorySnapshot, bool]:
+    """The snapshot core_memory_snapshot_get returns, without writing it (a context call writes after its
+    stages): (the snapshot, whether core_memory_snapshot_get must still store it)."""
+    snapshot = _SNAPSHOT.first(conversation_id=conversation.pk)
+    if snapshot is not None and boundary_seq <= snapshot.boundary_seq:
+        return snapshot, False
+    versions = _current_versions(conversation.end_user_id)
+    return CoreMemorySnapshot(conversation=conversation, versions=versions, boundary_seq=boundary_seq), True
+
+
 def core_memory_snapshot_advance(*, conversation: Conversation, boundary_seq: int) -> CoreMemorySnapshot:
     """Fold the edits made since the last boundary into B2a: the snapshot takes the current versions."""
     versions = _current_versions(conversation.end_user_id)

@@ -51,6 +51,7 @@ class PrefixLevel:
 class PrefixMatch:
     level: str | None  # the deepest whole level sent before, or None
     chain_index: int | None  # the last history message up to which this prompt was sent before
+    seen: frozenset[tuple[str, str]] = frozenset()  # (level, hash) of the whole levels sent before
 
 
 # Where the chain is looked up first: a prompt usually extends one sent a turn ago, so the longest prefix
@@ -138,14 +139,13 @@ def _hints_add(tenant: Tenant, new: list[PrefixLevel], *, now: datetime) -> None
     )
 
 
-def prefix_hints_record(
+def prefix_hints_find(
     *, tenant: Tenant, levels: list[PrefixLevel], chain: list[str] | None = None
 ) -> PrefixMatch:
-    """Count this request's prefixes and find what the tenant sent before: the deepest whole level, and
-    along the hash chain of the history (one hash per stored message, each over the one before) the longest
-    prefix some earlier prompt carried — the part a provider can serve from its cache. Three queries
-    (four when the newest part of the chain was never sent)."""
-    now = timezone.now()
+    """Find what the tenant sent before of this request's prefixes (reads only): the deepest whole level,
+    and along the hash chain of the history (one hash per stored message, each over the one before) the
+    longest prefix some earlier prompt carried — the part a provider can serve from its cache. One query
+    (two when the newest part of the chain was never sent)."""
     chain = chain or []
     head, tail = chain[:-CHAIN_PROBE], chain[-CHAIN_PROBE:]
     known = _hints_known(tenant, levels=levels, chain=tail)
@@ -159,10 +159,16 @@ def prefix_hints_record(
         # Only when the newest part of the history was never sent (a first call, a moved window).
         seen_chain = {h for _, h in _hints_known(tenant, levels=[], chain=head)}
     chain_index = next((i for i in range(len(chain) - 1, -1, -1) if chain[i] in seen_chain), None)
+    seen = frozenset((lv.level, lv.hash) for lv in levels if (lv.level, lv.hash) in known)
+    return PrefixMatch(level=hit, chain_index=chain_index, seen=seen)
 
-    _hints_count(tenant, seen={lv.hash for lv in levels if (lv.level, lv.hash) in known}, now=now)
-    _hints_add(tenant, [lv for lv in levels if (lv.level, lv.hash) not in known], now=now)
-    return PrefixMatch(level=hit, chain_index=chain_index)
+
+def prefix_hints_record(*, tenant: Tenant, levels: list[PrefixLevel], match: PrefixMatch) -> None:
+    """Count this request's prefixes (the writes of prefix_hints_find's outcome): one more hit for each level
+    seen before, a new hint for each level not. Two queries."""
+    now = timezone.now()
+    _hints_count(tenant, seen={lv.hash for lv in levels if (lv.level, lv.hash) in match.seen}, now=now)
+    _hints_add(tenant, [lv for lv in levels if (lv.level, lv.hash) not in match.seen], now=now)
 
 
 def cache_usage_open(

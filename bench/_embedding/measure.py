@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from context.retrieval import focused
 from django.conf import settings
 
 from bench._common import log, percentile
@@ -25,6 +24,7 @@ from providers import embeddings
 from providers.embeddings import embedder_status
 from providers.passages import passage_spans, passages
 from retrieval.history import ConversationIndex
+from retrieval.questions import focused
 from tenants.services import tenant_create
 
 MODELS = {False: "shipped (float32 products)", True: "int8 products (default)"}

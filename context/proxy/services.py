@@ -11,11 +11,12 @@ from typing import Any
 from django.conf import settings
 from django.http import Http404
 
-from context.pipeline import ContextRequest, context_assemble
+from context.pipeline import context_assemble
 from context.proxy import history
 from context.proxy.errors import ProxyError
 from context.proxy.upstream import Reply, Upstream, upstream_for
 from context.proxy.wire import ANTHROPIC, ProxyRequest
+from context.state import ContextRequest
 from conversations.models import Conversation, Message
 from conversations.selectors import access_conversation
 from conversations.services import conversation_create, message_append_batch

@@ -13,14 +13,11 @@ import re
 
 import pytest
 
-from context import pipeline
+from context import budget as budget_rules
+from context.budget import SEPARATOR_TOKENS, WINDOW_REFILL
+from context.history import PROTECTED_EXCHANGES
 from context.models import ConversationContext
-from context.pipeline import (
-    PROTECTED_EXCHANGES,
-    SEPARATOR_TOKENS,
-    WINDOW_REFILL,
-    context_assemble,
-)
+from context.pipeline import context_assemble
 from context.services import agent_profile_create
 from context.state import ContextRequest
 from conversations.models import Conversation, Message
@@ -47,8 +44,8 @@ SUMMARY_SHARE = 0.2
 
 @pytest.fixture(autouse=True)
 def fixed_shares(monkeypatch):
-    monkeypatch.setattr(pipeline, "RETRIEVAL_SHARE", RETRIEVAL_SHARE)
-    monkeypatch.setattr(pipeline, "SUMMARY_SHARE", SUMMARY_SHARE)
+    monkeypatch.setattr(budget_rules, "RETRIEVAL_SHARE", RETRIEVAL_SHARE)
+    monkeypatch.setattr(budget_rules, "SUMMARY_SHARE", SUMMARY_SHARE)
 
 
 TRUNCATION_MARKER = "\n[… task state truncated"
@@ -593,8 +590,8 @@ def test_a_long_reply_in_the_newest_exchange_is_shortened_and_retrieval_keeps_it
 
 def test_retrieval_may_fill_small_budgets_and_is_held_small_at_large_ones():
     """B5 sits in the uncached current message: at large budgets the cached history carries the prompt."""
-    cap = pipeline.retrieval_cap
-    assert cap(2000) == cap(pipeline.RETRIEVAL_FILL_BUDGET) == pipeline.RETRIEVAL_FILL_TOKENS
-    assert cap(32000) == cap(pipeline.RETRIEVAL_LARGE_BUDGET) == pipeline.RETRIEVAL_LARGE_TOKENS
-    middle = (pipeline.RETRIEVAL_FILL_BUDGET + pipeline.RETRIEVAL_LARGE_BUDGET) // 2
-    assert pipeline.RETRIEVAL_LARGE_TOKENS < cap(middle) < pipeline.RETRIEVAL_FILL_TOKENS
+    cap = budget_rules.retrieval_cap
+    assert cap(2000) == cap(budget_rules.RETRIEVAL_FILL_BUDGET) == budget_rules.RETRIEVAL_FILL_TOKENS
+    assert cap(32000) == cap(budget_rules.RETRIEVAL_LARGE_BUDGET) == budget_rules.RETRIEVAL_LARGE_TOKENS
+    middle = (budget_rules.RETRIEVAL_FILL_BUDGET + budget_rules.RETRIEVAL_LARGE_BUDGET) // 2
+    assert budget_rules.RETRIEVAL_LARGE_TOKENS < cap(middle) < budget_rules.RETRIEVAL_FILL_TOKENS

@@ -5,7 +5,7 @@ in B5."""
 
 import pytest
 
-from context import pipeline
+from context import budget as budget_rules
 from context.models import ConversationContext
 from summaries.services import compaction_run
 from tests.context.helpers import append, context, exchanges
@@ -16,8 +16,8 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def fixed_shares(monkeypatch):
     """The shares these tests were written with (the shipped ones are tuned on the benchmark)."""
-    monkeypatch.setattr(pipeline, "RETRIEVAL_SHARE", 0.4)
-    monkeypatch.setattr(pipeline, "SUMMARY_SHARE", 0.2)
+    monkeypatch.setattr(budget_rules, "RETRIEVAL_SHARE", 0.4)
+    monkeypatch.setattr(budget_rules, "SUMMARY_SHARE", 0.2)
 
 
 FACT = "The staging deploy key for ledger is QW-4821, Priya rotated it this morning."

@@ -1,4 +1,4 @@
-"""Retrieval over the whole history (memory.history_index through context.retrieval): an early fact is found
+"""Retrieval over the whole history (retrieval.history through context.retrieved): an early fact is found
 however many later messages reuse its words, hits carry their seq and the client's date, vectors find a
 paraphrase, a missing model degrades to lexical (reported), and nothing crosses tenants."""
 

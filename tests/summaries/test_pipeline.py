@@ -13,7 +13,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from context.pipeline import MIN_COMPACTION_HISTORY_TOKENS, STAGES, ContextRequest, context_assemble
+from context.budget import MIN_COMPACTION_HISTORY_TOKENS
+from context.pipeline import STAGES, context_assemble
+from context.state import ContextRequest
 from conversations.models import Message
 from summaries.conf import compaction_config
 from summaries.locks import compaction_lock

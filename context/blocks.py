@@ -1,0 +1,76 @@
+"""The blocks of the context call's response: each block the prompt carries with its tokens, the hash of its
+rendered text and the provenance of its items (context/serializers.py renders the rest of the body)."""
+
+from typing import Any
+
+from context.state import ContextState
+from prefix_cache.accounting import count_cached
+from prefix_cache.rendering import canonical_json, sha256, system_sections, user_sections
+
+
+def _block(
+    text: str, *, model: str, items: list[dict[str, Any]], tokens: int | None = None
+) -> dict[str, Any]:
+    return {
+        "tokens": tokens if tokens is not None else count_cached(text, model=model),
+        "sha256": sha256(text),
+        "items": items,
+    }
+
+
+def context_blocks(state: ContextState) -> dict[str, Any]:
+    """The response's blocks, in the order the prompt carries them (those present): the system message's
+    B1, B2a and B4, the history B6, the current message's sections, and the user's own text."""
+    assert state.rendered is not None
+    blocks = {**_system_blocks(state), **_history_block(state), **_request_blocks(state)}
+    blocks["user"] = {"tokens": state.tokens["user"], "sha256": sha256(state.rendered.user_text), "items": []}
+    return blocks
+
+
+def _system_blocks(state: ContextState) -> dict[str, Any]:
+    layout, blocks = state.layout, {}
+    b1_text, b2a_text, b4_text = system_sections(layout)
+    if layout.b1:
+        blocks["B1"] = _block(b1_text, model=state.model, items=[layout.b1.source])
+    if layout.b2a:
+        blocks["B2a"] = _block(
+            b2a_text, model=state.model, items=[{**i.source, "tokens": i.tokens} for i in layout.b2a]
+        )
+    if layout.b4:
+        blocks["B4"] = _block(
+            b4_text, model=state.model, items=[{**i.source, "tokens": i.tokens} for i in layout.b4]
+        )
+    return blocks
+
+
+def _history_block(state: ContextState) -> dict[str, Any]:
+    """B6 with its seq range; its text is the history's JSON the hint stage serialised for the hashes."""
+    assert state.rendered is not None
+    b6 = state.layout.b6
+    if not b6:
+        return {}
+    block = _block(
+        state.history_json or canonical_json(state.rendered.history),
+        model=state.model,
+        items=[{"kind": "message", "id": m.id, "seq": m.seq, "tokens": m.token_count} for m in b6],
+        tokens=state.tokens["history"],
+    )
+    return {"B6": {**block, "from_seq": b6[0].seq, "to_seq": b6[-1].seq}}
+
+
+def _request_blocks(state: ContextState) -> dict[str, Any]:
+    layout, blocks = state.layout, {}
+    per_request = {
+        "B5": layout.b5,
+        "B3": [layout.b3] if layout.b3 else [],
+        "B2b": [layout.b2b] if layout.b2b else [],
+        "memory_updates": layout.memory_updates,
+        "attachments": layout.attachments,
+    }
+    sections = user_sections(layout)
+    for key, items in per_request.items():
+        if items:
+            blocks[key] = _block(
+                sections[key], model=state.model, items=[{**i.source, "tokens": i.tokens} for i in items]
+            )
+    return blocks
