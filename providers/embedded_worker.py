@@ -1,8 +1,8 @@
 """The embedded mode's worker process. Without a broker the server queues its background tasks (message
 vectors, compaction, the memory agent, document processing) to one child process of its own, started on
-first use: `python -m providers.embedded_worker`. Their Python work then never holds the serving process's
-GIL; on a thread of the server it made every request of that moment about four times slower (a busy Python
-thread beside in-process context calls on a BEAM-128K conversation: p50 19.6 -> 78.8 ms, p95 23.5 -> 145.9).
+first use (`python -m providers.embedded_child`, that module is the child's side). Their Python work then
+never holds the serving process's GIL: on a thread of the server, a busy Python task made every request of
+that moment several times slower.
 
 The protocol is JSON lines. Down the child's stdin, one task at a time (the next once the last is done):
 {"n": number, "task": name, "args": [...]}. Up its stdout: {"started": number} as a task begins (read and
@@ -19,7 +19,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class EmbeddedWorker:
         if self._process is not None and self._process.poll() is None:
             return self._process
         process = subprocess.Popen(  # this interpreter, this module
-            [sys.executable, "-m", "providers.embedded_worker"],
+            [sys.executable, "-m", "providers.embedded_child"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -137,54 +137,3 @@ class EmbeddedWorker:
             if self._current is not None and self._current[0] == number:
                 self._current = None
             self._dispatch()
-
-
-def protocol_sender(protocol: TextIO) -> Callable[[dict[str, Any]], None]:
-    """How the child speaks up its stdout, one JSON line at a time from any thread. A server that has gone
-    (it exited while a task ran) hears nothing more: the child's loop ends when its stdin closes, and a
-    task's last word is not a BrokenPipeError traceback."""
-    written = threading.Lock()
-
-    def send(message: dict[str, Any]) -> None:
-        with written:
-            try:
-                protocol.write(json.dumps(message, default=str) + "\n")
-                protocol.flush()
-            except (BrokenPipeError, ValueError):  # ValueError: the file was closed after an earlier break
-                pass
-
-    return send
-
-
-def main() -> None:
-    """The child: run the tasks that come down stdin, one at a time, and say when each is done."""
-    protocol = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # print() and any stray output go to stderr, never into the protocol
-    sys.stdout = sys.stderr
-    import django
-
-    django.setup()
-    from celery import current_app as app  # the project's, made when Django loaded its settings package
-    from django.db import close_old_connections
-
-    from providers import background
-
-    send = protocol_sender(protocol)
-    background.server_notify_via(send)
-    app.loader.import_default_modules()
-    for line in sys.stdin:
-        request = json.loads(line)
-        send({"started": request["n"]})
-        try:
-            close_old_connections()
-            app.tasks[request["task"]].apply(args=request["args"])
-            background.background_join()  # and what the task queued in turn
-        except Exception:
-            logger.exception("embedded worker: task %s failed", request.get("task"))
-        finally:
-            close_old_connections()
-            send({"done": request["n"]})
-
-
-if __name__ == "__main__":
-    main()

@@ -21,7 +21,6 @@ from context.pipeline import context_assemble
 from context.services import agent_profile_create
 from context.state import ContextRequest
 from conversations.models import Conversation, Message
-from conversations.services import conversation_create
 from providers import tokens as tokens_module
 from providers.tokens import REPLY_PRIMING_TOKENS, count_chat
 from tests.context.helpers import (
@@ -173,6 +172,24 @@ def test_the_history_the_prompt_shows_does_not_depend_on_the_question(owner, con
     assert body["tokens"]["total"] <= budget
 
 
+def grow_within_the_window(owner, conversation, previous, *, question: str, budget: int) -> None:
+    """Exchanges 7 and 8 (100 tokens a message) fit the history's allowance: the window stays at seq 6 and
+    each prompt extends the previous one."""
+    for n in (7, 8):
+        append(
+            conversation,
+            {"role": "user", "content": f"exchange {n} question"},
+            {"role": "assistant", "content": f"exchange {n} answer"},
+        )
+        Message.objects.filter(conversation=conversation, seq__gt=2 * n - 2).update(token_count=100)
+        grown = context(owner, conversation, user_message=question, token_budget=budget)
+        assert [d for d in grown["dropped"] if d["block"] == "B6"] == []
+        assert grown["window"]["window_start_seq"] == 6
+        kept = previous["messages"][:-1]
+        assert grown["messages"][: len(kept)] == kept
+        previous = grown
+
+
 def test_history_is_cut_once_to_its_refill_share_and_the_window_then_holds(owner, conversation):
     exchanges(conversation, 6, tokens=100)  # seqs 1..12, 1,200 history tokens
     question = "next question"
@@ -209,20 +226,7 @@ def test_history_is_cut_once_to_its_refill_share_and_the_window_then_holds(owner
     assert second["prefix"]["hint_level"] == "B1+B2a+B4+B6"
 
     # The history grows again without the window moving while it fits its allowance (1,000 tokens).
-    previous = second
-    for n in (7, 8):
-        append(
-            conversation,
-            {"role": "user", "content": f"exchange {n} question"},
-            {"role": "assistant", "content": f"exchange {n} answer"},
-        )
-        Message.objects.filter(conversation=conversation, seq__gt=2 * n - 2).update(token_count=100)
-        grown = context(owner, conversation, user_message=question, token_budget=budget)
-        assert [d for d in grown["dropped"] if d["block"] == "B6"] == []
-        assert grown["window"]["window_start_seq"] == 6
-        kept = previous["messages"][:-1]
-        assert grown["messages"][: len(kept)] == kept
-        previous = grown
+    grow_within_the_window(owner, conversation, second, question=question, budget=budget)
 
     # One more exchange (1,200 > 1,195) does not fit: the window moves again, in one step, from where it
     # stood (0.6 × 1,195 = 717 → seqs 13..18).
@@ -419,23 +423,6 @@ def test_the_history_cut_lands_on_an_exchange_boundary(owner, conversation):
             assert message["tool_call_id"] in called
     assert history[0]["role"] == "user"
     assert body["tokens"]["total"] <= 1750
-
-
-def test_the_budget_comes_from_the_tenant_settings_or_the_default(owner, conversation):
-    assert context(owner, conversation, user_message="hi")["token_budget"] == 32000
-    owner.tenant.settings = {"token_budget": 5000}
-    owner.tenant.save()
-    conversation.refresh_from_db()
-    assert context(owner, conversation, user_message="hi")["token_budget"] == 5000
-    assert context(owner, conversation, user_message="hi", token_budget=900)["token_budget"] == 900
-
-
-def test_the_default_budget_of_a_model_whose_reply_may_fill_the_window_is_usable(owner):
-    conversation = conversation_create(tenant=owner.tenant, model="gpt-4")
-    exchanges(conversation, 2)
-    body = context(owner, conversation, user_message="hi")
-    assert 256 <= body["token_budget"] <= 8192
-    assert body["degradations"] == []
 
 
 @pytest.fixture

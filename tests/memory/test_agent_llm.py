@@ -43,6 +43,22 @@ def block(label: str) -> CoreMemoryBlock:
     return CoreMemoryBlock.objects.get(label=label)
 
 
+def assert_given_blocks_messages_and_tools(body) -> None:
+    """What the model was given: the blocks with their limits, the new messages by seq, the four tools."""
+    assert sorted(t["function"]["name"] for t in body["tools"]) == [
+        "archival_memory_insert",
+        "archival_memory_search",
+        "core_memory_append",
+        "core_memory_update",
+    ]
+    prompt = body["messages"][1]["content"]
+    assert '<block label="profile" chars="19" limit="2000">\nName: Ali\nRole: SRE\n</block>' in prompt
+    assert '<block label="preferences" chars="0" limit="2000">' in prompt
+    assert "#1 user: Actually it's Alice." in prompt and "#2 assistant: Noted, Alice." in prompt
+    labels = body["tools"][0]["function"]["parameters"]["properties"]["label"]["enum"]
+    assert labels == ["preferences", "instructions", "profile"]
+
+
 def test_each_tool_executes_through_the_services_and_is_logged_with_the_model(
     conversation, llm_settings, llm_server
 ):
@@ -88,21 +104,8 @@ def test_each_tool_executes_through_the_services_and_is_logged_with_the_model(
     ]
     assert MemoryAgentCursor.objects.get(conversation=conversation).last_seq == 2
 
-    # What the model was given: the blocks with their limits, the new messages by seq, the four tools.
     (request,) = llm_server.requests
-    body = request["body"]
-    assert sorted(t["function"]["name"] for t in body["tools"]) == [
-        "archival_memory_insert",
-        "archival_memory_search",
-        "core_memory_append",
-        "core_memory_update",
-    ]
-    prompt = body["messages"][1]["content"]
-    assert '<block label="profile" chars="19" limit="2000">\nName: Ali\nRole: SRE\n</block>' in prompt
-    assert '<block label="preferences" chars="0" limit="2000">' in prompt
-    assert "#1 user: Actually it's Alice." in prompt and "#2 assistant: Noted, Alice." in prompt
-    labels = body["tools"][0]["function"]["parameters"]["properties"]["label"]["enum"]
-    assert labels == ["preferences", "instructions", "profile"]
+    assert_given_blocks_messages_and_tools(request["body"])
     # The tokens count against the tenant's monthly budget for background work.
     usage = LlmUsage.objects.get(tenant=conversation.tenant, purpose="memory_agent")
     assert (usage.calls, usage.prompt_tokens + usage.completion_tokens) == (1, 150)

@@ -56,6 +56,26 @@ def hints(tenant):
     return {(h.level, h.hash): h for h in PrefixHint.objects.filter(tenant=tenant)}
 
 
+def assert_first_call_rows(owner, conversation, first) -> None:
+    """A first call stores a hint per level and one for the whole prompt, each seen once, and its usage row
+    with what it predicted (nothing cached yet) and nothing reported yet."""
+    prefix = first["prefix"]
+    rows = hints(owner.tenant)
+    assert len(rows) == 5  # the four levels and the whole prompt
+    assert {(level, h.hits, h.token_count) for (level, _), h in rows.items() if level != "prompt"} == {
+        (level, 1, prefix["tokens"][level]) for level in LEVELS
+    }
+    (whole,) = [h for (level, _), h in rows.items() if level == "prompt"]
+    assert whole.token_count == prefix["tokens"]["B1+B2a+B4+B6"] + first["tokens"]["user"]
+    usage = CacheUsage.objects.get(pk=first["context_id"])
+    assert (usage.tenant_id, usage.conversation_id) == (owner.tenant.id, conversation.id)
+    assert (usage.provider, usage.model, usage.hint_level) == ("openai", "gpt-4o", "")
+    assert usage.predicted_prompt_tokens == first["tokens"]["total"]
+    assert usage.predicted_cacheable_tokens == 0
+    assert usage.prefix_hash == prefix["hashes"]["B1+B2a+B4+B6"]
+    assert (usage.prompt_tokens, usage.cached_tokens, usage.reported_at) == (None, None, None)
+
+
 def test_hint_levels_hits_and_usage_rows_over_three_calls(owner, conversation, profile):
     append(
         conversation, {"role": "user", "content": "Ticket 881?"}, {"role": "assistant", "content": "Closed."}
@@ -77,20 +97,7 @@ def test_hint_levels_hits_and_usage_rows_over_three_calls(owner, conversation, p
         "anthropic": stable,
         "gemini": stable,
     }
-    rows = hints(owner.tenant)
-    assert len(rows) == 5  # the four levels and the whole prompt
-    assert {(level, h.hits, h.token_count) for (level, _), h in rows.items() if level != "prompt"} == {
-        (level, 1, prefix["tokens"][level]) for level in LEVELS
-    }
-    (whole,) = [h for (level, _), h in rows.items() if level == "prompt"]
-    assert whole.token_count == prefix["tokens"]["B1+B2a+B4+B6"] + first["tokens"]["user"]
-    usage = CacheUsage.objects.get(pk=first["context_id"])
-    assert (usage.tenant_id, usage.conversation_id) == (owner.tenant.id, conversation.id)
-    assert (usage.provider, usage.model, usage.hint_level) == ("openai", "gpt-4o", "")
-    assert usage.predicted_prompt_tokens == first["tokens"]["total"]
-    assert usage.predicted_cacheable_tokens == 0
-    assert usage.prefix_hash == prefix["hashes"]["B1+B2a+B4+B6"]
-    assert (usage.prompt_tokens, usage.cached_tokens, usage.reported_at) == (None, None, None)
+    assert_first_call_rows(owner, conversation, first)
 
     second = context(owner, conversation, **question)
     assert second["prefix"]["hint_level"] == "B1+B2a+B4+B6"

@@ -27,7 +27,7 @@ from providers.background import (
     task_send,
     task_started,
 )
-from providers.embedded_worker import protocol_sender
+from providers.embedded_child import protocol_sender
 from tests.providers.worker.tasks import echo, fill, publish
 
 
@@ -233,7 +233,7 @@ def test_the_embedded_server_embeds_appended_messages_in_its_worker_process(embe
         assert time.monotonic() < deadline, index
         time.sleep(0.5)
 
-    workers = [c for c in _children(server.pid) if "providers.embedded_worker" in c]
+    workers = [c for c in _children(server.pid) if "providers.embedded_child" in c]
     assert len(workers) == 1  # the vectors were computed there, not on a thread of the server
     body = {"user_message": "Which port does the ledger use?", "token_budget": 2000}
     context = _call(f"{url}/api/v1/conversations/{conversation}/context", key, "POST", body)
@@ -241,7 +241,7 @@ def test_the_embedded_server_embeds_appended_messages_in_its_worker_process(embe
     server.terminate()
     server.wait(timeout=30)
     deadline = time.monotonic() + 10
-    while [c for c in _children(server.pid) if "providers.embedded_worker" in c]:
+    while [c for c in _children(server.pid) if "providers.embedded_child" in c]:
         assert time.monotonic() < deadline, "the worker outlived its server"
         time.sleep(0.2)
 
