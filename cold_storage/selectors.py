@@ -35,7 +35,7 @@ def image_bytes(image: ArchivedImage) -> bytes:
     """The bytes this image shows (a duplicate shows its original's), from the tier that holds them, checked
     against their sha256. ImageBytesUnavailable (410 image_purged, 500 image_corrupt / image_missing) when
     they cannot be served."""
-    source = image.duplicate_of or image  # None (no query) when it is no duplicate
+    source = image.duplicate_of or image  # duplicate_of is None, read without a query, for an original
     if source.purged_at is not None or not source.storage_key:
         raise ImageBytesUnavailable(
             "The bytes of this image were deleted by retention.",
