@@ -62,6 +62,36 @@ class ConversationFilter(admin.SimpleListFilter):
             return queryset.none()
 
 
+# The change page's fields, all read-only but pinning (a tuple: the admin's fields and readonly_fields are
+# typed apart, and only a tuple of names fits both).
+_IMAGE_FIELDS = (
+    "preview",
+    "id",
+    "tenant",
+    "conversation",
+    "turn_id",
+    "message_id",
+    "role",
+    "tier",
+    "pinned",
+    "dimensions",
+    "format",
+    "media_type",
+    "size",
+    "sha256",
+    "phash",
+    "dhash",
+    "ahash",
+    "duplicate_of",
+    "hamming_distance",
+    "storage_key",
+    "compacted_at",
+    "purged_at",
+    "created_at",
+    "last_accessed_at",
+)
+
+
 @admin.register(ArchivedImage)
 class ArchivedImageAdmin(AppendOnlyAdmin):
     list_display = [
@@ -83,33 +113,8 @@ class ArchivedImageAdmin(AppendOnlyAdmin):
     search_fields = ["=id", "=conversation_id", "=message_id", "=sha256"]
     ordering = ["-created_at"]
     actions = ["pin", "unpin"]
-    fields = [
-        "preview",
-        "id",
-        "tenant",
-        "conversation",
-        "turn_id",
-        "message_id",
-        "role",
-        "tier",
-        "pinned",
-        "dimensions",
-        "format",
-        "media_type",
-        "size",
-        "sha256",
-        "phash",
-        "dhash",
-        "ahash",
-        "duplicate_of",
-        "hamming_distance",
-        "storage_key",
-        "compacted_at",
-        "purged_at",
-        "created_at",
-        "last_accessed_at",
-    ]
-    readonly_fields = [f for f in fields if f != "pinned"]
+    fields = _IMAGE_FIELDS
+    readonly_fields = [f for f in _IMAGE_FIELDS if f != "pinned"]
 
     # No add and no delete (AppendOnlyAdmin): images go with their conversation (or their bytes with
     # retention); a lone row delete would leave a part naming nothing.

@@ -1,6 +1,7 @@
 """Reads of images, always inside one tenant, and of their bytes from whichever tier holds them."""
 
 import hashlib
+import uuid
 
 from django.http import Http404
 from rest_framework import status
@@ -12,12 +13,12 @@ from tenants.models import Tenant
 from tenants.validation import text_is_clean
 
 
-def access_image(*, tenant: Tenant | object, image_id: str) -> ArchivedImage:
+def access_image(*, tenant: Tenant | uuid.UUID, image_id: str) -> ArchivedImage:
     """The image with this id in the tenant (``tenant`` may be a Tenant or its id), else 404; an id the
     column cannot hold (too long, a NUL) is a 404 without a query."""
     if not text_is_clean(image_id, max_length=ArchivedImage._meta.pk.max_length):
         raise Http404
-    tenant_id = getattr(tenant, "pk", tenant)
+    tenant_id = tenant.pk if isinstance(tenant, Tenant) else tenant
     image = (
         ArchivedImage.objects.select_related("duplicate_of").filter(pk=image_id, tenant_id=tenant_id).first()
     )
@@ -34,7 +35,7 @@ def image_bytes(image: ArchivedImage) -> bytes:
     """The bytes this image shows (a duplicate shows its original's), from the tier that holds them, checked
     against their sha256. ImageBytesUnavailable (410 image_purged, 500 image_corrupt / image_missing) when
     they cannot be served."""
-    source = image.duplicate_of if image.duplicate_of_id else image
+    source = image.duplicate_of or image  # duplicate_of is None, read without a query, for an original
     if source.purged_at is not None or not source.storage_key:
         raise ImageBytesUnavailable(
             "The bytes of this image were deleted by retention.",
@@ -65,14 +66,14 @@ def image_bytes(image: ArchivedImage) -> bytes:
     return data
 
 
-def images_by_id(*, tenant_id: object, image_ids: set[str]) -> dict[str, ArchivedImage]:
+def images_by_id(*, tenant_id: uuid.UUID, image_ids: set[str]) -> dict[str, ArchivedImage]:
     if not image_ids:
         return {}
     rows = ArchivedImage.objects.select_related("duplicate_of").filter(tenant_id=tenant_id, pk__in=image_ids)
     return {row.id: row for row in rows}
 
 
-def image_previous(*, conversation_id: object) -> ArchivedImage | None:
+def image_previous(*, conversation_id: uuid.UUID) -> ArchivedImage | None:
     """The newest image of the conversation (by message seq, then place in the message)."""
     return (
         ArchivedImage.objects.select_related("duplicate_of")

@@ -33,7 +33,9 @@ class AtomicFileSystemStorage(FileSystemStorage):
 
     @cached_property
     def base_location(self) -> str:
-        return self._value_or_setting(self._location, os.path.join(settings.MEDIA_ROOT, self._subdirectory))
+        # django-stubs do not declare _location (the ``location`` given to FileSystemStorage.__init__).
+        location = self._location  # type: ignore[attr-defined]
+        return self._value_or_setting(location, os.path.join(settings.MEDIA_ROOT, self._subdirectory))
 
     def _save(self, name: str, content: Any) -> str:
         full_path = self.path(name)

@@ -47,7 +47,8 @@ class ThreadedHttp:
 
     def __init__(self, wsgi_app: Any, threads: int) -> None:
         # Static files (the admin's, Swagger UI's) are answered before Django's middleware.
-        self.app = WSGIMiddleware(StaticFilesHandler(wsgi_app), workers=threads)
+        # django-stubs type the handler's __call__ as returning a response, the WSGI body iterable it is.
+        self.app = WSGIMiddleware(StaticFilesHandler(wsgi_app), workers=threads)  # type: ignore[arg-type]
         # The chat proxy's async views (/v1/) stream a reply as it arrives: Django's ASGI handler runs them.
         self.async_app = ProxyASGIHandler()
 

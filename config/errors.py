@@ -10,7 +10,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, Js
 from django.views.defaults import bad_request, server_error
 
 from context.proxy.errors import ProxyError, error_payload, proxy_format
-from tenants.errors import REQUEST_ID_HEADER, request_id_assign
+from tenants.errors import REQUEST_ID_ATTRIBUTE, REQUEST_ID_HEADER, request_id_assign
 
 logger = logging.getLogger("mnemo.errors")
 
@@ -68,7 +68,7 @@ class RequestIdInLog(logging.Filter):
     escaped every handler) name the request id the client got, so one search finds both."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        request_id = getattr(getattr(record, "request", None), "request_id", None)
+        request_id = getattr(getattr(record, "request", None), REQUEST_ID_ATTRIBUTE, None)
         if request_id and isinstance(record.msg, str) and "request_id=" not in record.msg:
             record.msg = f"{record.msg} (request_id={request_id})"
         return True

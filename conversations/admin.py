@@ -1,5 +1,5 @@
 import uuid
-from typing import Any
+from typing import Any, TypeGuard
 
 from django import forms
 from django.contrib import admin
@@ -22,8 +22,8 @@ from tenants.admin_scoping import AppendOnlyAdmin, TenantScopedAdmin, member_ten
 class TurnInline(admin.TabularInline):
     model = Turn
     extra = 0
-    fields = ["index", "status", "started_at", "ended_at"]
-    readonly_fields = fields
+    readonly_fields = ("index", "status", "started_at", "ended_at")
+    fields = readonly_fields  # all shown, none editable
     can_delete = False
     show_change_link = False
 
@@ -34,7 +34,7 @@ class TurnInline(admin.TabularInline):
 def conversation_label(conversation: Conversation) -> str:
     """How a conversation is told apart in lists, filters and pickers: its end user, short id,
     creation time and message count, then its title."""
-    end_user = conversation.end_user.external_id if conversation.end_user_id else "no end user"
+    end_user = conversation.end_user.external_id if conversation.end_user else "no end user"
     created = timezone.localtime(conversation.created_at).strftime("%Y-%m-%d %H:%M")
     title = f" · {Truncator(conversation.title).chars(40)}" if conversation.title else ""
     count = conversation.last_seq
@@ -52,12 +52,13 @@ class ConversationFilter(admin.SimpleListFilter):
         visible = Conversation.objects.select_related("end_user")
         if not request.user.is_superuser:
             visible = visible.filter(tenant__in=member_tenant_ids(request, model_admin.view_roles))
-        chosen = list(visible.filter(pk=self.value())) if self._valid(self.value()) else []
+        value = self.value()
+        chosen = list(visible.filter(pk=value)) if self._valid(value) else []
         newest = [c for c in visible.order_by("-created_at")[:30] if c not in chosen]
         return [(str(c.pk), conversation_label(c)) for c in [*chosen, *newest]]
 
     @staticmethod
-    def _valid(value: str | None) -> bool:
+    def _valid(value: str | None) -> TypeGuard[str]:
         try:
             return value is not None and bool(uuid.UUID(value))
         except ValueError:
@@ -260,12 +261,15 @@ class MessageAdmin(AppendOnlyAdmin):
     @admin.display(description="Conversation", ordering="conversation")
     def conversation_short(self, obj: Message) -> str:
         conversation = obj.conversation
-        end_user = conversation.end_user.external_id if conversation.end_user_id else "—"
+        end_user = conversation.end_user.external_id if conversation.end_user else "—"
         return f"{end_user} · {str(conversation.pk)[:8]}"
 
     @admin.display(description="Role", ordering="role")
     def role_kind(self, obj: Message) -> str:
-        marks = {Message.Kind.COMPACT_BOUNDARY: "boundary", Message.Kind.COMPACT_SUMMARY: "summary"}
+        marks: dict[str, str] = {
+            Message.Kind.COMPACT_BOUNDARY: "boundary",
+            Message.Kind.COMPACT_SUMMARY: "summary",
+        }
         return f"{obj.role} ({marks[obj.kind]})" if obj.kind in marks else obj.role
 
     @admin.display(description="Content")

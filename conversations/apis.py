@@ -255,7 +255,8 @@ class MessageInputSerializer(StrictSerializer):
     name = MessageNameField()
     kind = KindField(required=False, default=Message.Kind.MESSAGE)
     content = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
-    parts = PartsField(required=False, default=list)
+    # DRF's stubs type a JSONField's default a mapping; parts are a list.
+    parts = PartsField(required=False, default=list)  # type: ignore[arg-type]
     completed = StrictBooleanField(required=False, default=True)
     is_error = StrictBooleanField(required=False, default=False)
     idempotency_key = serializers.CharField(max_length=255, required=False)

@@ -12,6 +12,7 @@ from conversations.embedding import retrieval_index_status
 from conversations.models import Conversation, Message, Turn
 from conversations.readiness import conversation_readiness
 from conversations.selectors import conversation_participants
+from tenants.models import EndUser
 
 
 def _time(value: datetime | None) -> str | None:
@@ -99,7 +100,9 @@ class TurnOutputSerializer(serializers.ModelSerializer):
 
 
 class ConversationOutputSerializer(serializers.ModelSerializer):
-    end_user = serializers.SlugRelatedField(slug_field="external_id", read_only=True, allow_null=True)
+    end_user: "serializers.SlugRelatedField[EndUser]" = serializers.SlugRelatedField(
+        slug_field="external_id", read_only=True, allow_null=True
+    )
     archived = serializers.SerializerMethodField()
     message_count = serializers.IntegerField(source="last_seq", read_only=True)
 

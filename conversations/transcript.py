@@ -67,7 +67,7 @@ def header_line(conversation: Conversation) -> bytes:
             "id": str(conversation.id),
             "title": conversation.title,
             "model": conversation.model,
-            "endUser": conversation.end_user.external_id if conversation.end_user_id else None,
+            "endUser": conversation.end_user.external_id if conversation.end_user else None,
             "metadata": conversation.metadata,
             "createdAt": _ts(conversation.created_at),
             "archivedAt": _ts(conversation.archived_at),
@@ -122,9 +122,8 @@ def transcript_export(conversation: Conversation) -> Iterator[bytes]:
         chunks = []
         for message in page:
             parent = str(message.parent_id) if message.parent_id else previous_id
-            chunks.append(
-                message_line(message, parent_uuid=parent, turn_index=turn_index.get(message.turn_id))
-            )
+            index = turn_index.get(message.turn_id) if message.turn_id is not None else None
+            chunks.append(message_line(message, parent_uuid=parent, turn_index=index))
             previous_id = str(message.id)
         after_seq = page[-1].seq
         yield b"".join(chunks)

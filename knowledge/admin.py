@@ -15,8 +15,8 @@ from tenants.models import Membership
 
 class ChunkInline(admin.TabularInline):
     model = Chunk
-    fields = ["ordinal", "provenance", "token_count", "excerpt"]
-    readonly_fields = fields
+    readonly_fields = ("ordinal", "provenance", "token_count", "excerpt")
+    fields = readonly_fields  # all shown, none editable
     ordering = ["ordinal"]
     extra = 0
     max_num = 0
@@ -71,12 +71,12 @@ class DocumentAdmin(TenantScopedAdmin):
     list_select_related = ["tenant", "end_user"]
     search_fields = ["name", "=sha256", "=id"]
     ordering = ["-created_at"]
-    fields = [
+    readonly_fields = (
         "id", "tenant", "scope", "end_user", "conversation", "name", "kind", "format", "status", "error_code",
         "error", "size", "sha256", "storage_key", "chunk_count", "token_count", "details", "created_at",
         "processed_at",
-    ]  # fmt: skip
-    readonly_fields = fields
+    )  # fmt: skip
+    fields = readonly_fields  # all shown, none editable
     inlines = [ChunkInline]
     delete_roles = (Membership.Role.OPERATOR,)
 
@@ -90,7 +90,7 @@ class DocumentAdmin(TenantScopedAdmin):
     def owner(self, document: Document) -> str:
         if document.conversation_id:
             return f"conversation {document.conversation_id}"
-        return document.end_user.external_id if document.end_user_id else "—"
+        return document.end_user.external_id if document.end_user else "—"
 
 
 @admin.register(Chunk)
@@ -100,11 +100,11 @@ class ChunkAdmin(AppendOnlyAdmin):
     list_display = ["__str__", "document", "where", "token_count"]
     list_select_related = ["document"]
     search_fields = ["=document__id", "symbol", "path"]
-    fields = [
+    readonly_fields = (
         "document", "ordinal", "kind", "language", "path", "symbol", "start_line", "end_line", "page",
         "heading", "sheet", "cell_range", "token_count", "embedding_model", "content",
-    ]  # fmt: skip
-    readonly_fields = fields
+    )  # fmt: skip
+    fields = readonly_fields  # all shown, none editable
 
     def get_queryset(self, request: HttpRequest) -> Any:
         return super().get_queryset(request).defer("embedding")

@@ -22,10 +22,10 @@ from tenants.api import (
     error_responses,
     validated,
 )
-from tenants.models import EndUser
+from tenants.models import EXTERNAL_ID_MAX_LENGTH
 
 _TOO_LARGE = {413: OpenApiResponse(ERROR_SCHEMA, description="A file or the request is over the size limit")}
-_END_USER = EndUser._meta.get_field("external_id").max_length
+_END_USER = EXTERNAL_ID_MAX_LENGTH
 
 
 class DocumentListCreateApi(APIView):

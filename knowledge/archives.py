@@ -11,6 +11,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import IO
 
 from knowledge.conf import KnowledgeLimits
 from knowledge.extract import ExtractionError
@@ -41,7 +42,7 @@ def safe_path(name: str) -> str:
     return "/".join(p for p in parts if p not in (".", ""))
 
 
-def _read_capped(handle: io.BufferedIOBase, cap: int) -> bytes | None:
+def _read_capped(handle: IO[bytes], cap: int) -> bytes | None:
     data = handle.read(cap + 1)
     return None if len(data) > cap else data
 

@@ -46,25 +46,28 @@ def _parser(language: str) -> Any:
     from tree_sitter import Language, Parser
 
     if language == "python":
-        import tree_sitter_python as grammar
+        import tree_sitter_python
 
-        capsule = grammar.language()
+        capsule = tree_sitter_python.language()
     elif language in ("javascript",):
-        import tree_sitter_javascript as grammar
+        import tree_sitter_javascript
 
-        capsule = grammar.language()
+        capsule = tree_sitter_javascript.language()
     elif language in ("typescript", "tsx"):
-        import tree_sitter_typescript as grammar
+        import tree_sitter_typescript
 
-        capsule = grammar.language_tsx() if language == "tsx" else grammar.language_typescript()
+        if language == "tsx":
+            capsule = tree_sitter_typescript.language_tsx()
+        else:
+            capsule = tree_sitter_typescript.language_typescript()
     elif language == "java":
-        import tree_sitter_java as grammar
+        import tree_sitter_java
 
-        capsule = grammar.language()
+        capsule = tree_sitter_java.language()
     else:
-        import tree_sitter_go as grammar
+        import tree_sitter_go
 
-        capsule = grammar.language()
+        capsule = tree_sitter_go.language()
     return Parser(Language(capsule))
 
 

@@ -33,8 +33,10 @@ def _archive_drafts(data: bytes, limits: KnowledgeLimits) -> Ingested:
     indexed = 0
     for path, content in archive_members(data, limits, report):
         format_name = detect_format(path, content[:512])
-        if format_name in (None, "archive") or (
-            format_name in ("text", "code") and not looks_textual(content[:4096])
+        if (
+            format_name is None
+            or format_name == "archive"
+            or (format_name in ("text", "code") and not looks_textual(content[:4096]))
         ):
             report.skip(path, "unsupported_type")
             continue

@@ -19,7 +19,7 @@ class DocumentOutputSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_end_user(self, document: Document) -> str | None:
-        return document.end_user.external_id if document.end_user_id else None
+        return document.end_user.external_id if document.end_user else None
 
     def get_error(self, document: Document) -> dict[str, str] | None:
         if document.status != Document.Status.FAILED:

@@ -9,7 +9,7 @@ from django.core.files.storage import Storage, storages
 from cold_storage.storage import AtomicFileSystemStorage
 
 ALIAS = "documents"
-_fallback: Storage | None = None
+_fallback: AtomicFileSystemStorage | None = None
 
 
 def document_storage() -> Storage:

@@ -1,6 +1,7 @@
 """Admin: prefix hints, cache usage rows and the cache dashboard (hit rate over time, predicted vs actual,
 and per tenant the charts)."""
 
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -101,11 +102,11 @@ CHART_W, CHART_H, PAD = 640, 180, 36
 PALETTE = ("#3f8fd2", "#d99a1e", "#3aa55d", "#c5504b", "#8a6fd1")
 
 
-def _scale(values: list[float], top: float) -> list[float]:
+def _scale(values: Sequence[float], top: float) -> list[float]:
     return [CHART_H - PAD - (v / top) * (CHART_H - 2 * PAD) if top else CHART_H - PAD for v in values]
 
 
-def line_chart(labels: list[str], series: dict[str, list[float]]) -> dict[str, Any]:
+def line_chart(labels: list[str], series: Mapping[str, Sequence[float]]) -> dict[str, Any]:
     """Polylines of `series` over `labels` (a point per label), with the y maximum for the axis."""
     top = max((v for values in series.values() for v in values), default=0) or 1
     step = (CHART_W - 2 * PAD) / max(len(labels) - 1, 1)

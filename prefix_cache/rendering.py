@@ -8,6 +8,7 @@ updates, attachments) in a fixed order ahead of the user's own words.
 
 import hashlib
 import json
+from _json import make_encoder
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,28 +75,25 @@ class Layout:
 _CANONICAL = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
-# The C encoder JSONEncoder.encode builds on every call, built once: what encode() does for a value that is
-# not a string, without its per-call set-up (the hint stage encodes every history message). No circular-
-# reference check: the values are rendered messages and parsed JSON, which cannot hold a cycle.
-_CANONICAL_C = (
-    json.encoder.c_make_encoder(
-        None,
-        _CANONICAL.default,
-        json.encoder.encode_basestring,
-        None,
-        _CANONICAL.key_separator,
-        _CANONICAL.item_separator,
-        True,  # sort_keys
-        False,  # skipkeys
-        True,  # allow_nan
-    )
-    if json.encoder.c_make_encoder is not None
-    else None
+# The C encoder JSONEncoder.encode builds on every call (json.encoder.c_make_encoder, imported from _json,
+# which CPython always has), built once: what encode() does for a value that is not a string, without its
+# per-call set-up (the hint stage encodes every history message). No circular-reference check: the values
+# are rendered messages and parsed JSON, which cannot hold a cycle.
+_CANONICAL_C = make_encoder(
+    None,
+    _CANONICAL.default,
+    json.encoder.encode_basestring,
+    None,
+    _CANONICAL.key_separator,
+    _CANONICAL.item_separator,
+    True,  # sort_keys
+    False,  # skipkeys
+    True,  # allow_nan
 )
 
 
 def canonical_json(value: Any) -> str:
-    if _CANONICAL_C is None or isinstance(value, str):
+    if isinstance(value, str):
         return _CANONICAL.encode(value)
     return "".join(_CANONICAL_C(value, 0))
 

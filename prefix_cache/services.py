@@ -256,7 +256,7 @@ def cache_usage_report(
     return row
 
 
-# --- Context-call rollups (#18 item 8): latency and degradations per tenant and hour ---------------------
+# --- Context-call rollups: latency and degradations per tenant and hour -------------------------------------
 
 
 def _bump(

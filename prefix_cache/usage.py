@@ -61,7 +61,7 @@ def _too_many(*path: str) -> ValidationError:
     return ValidationError(detail)
 
 
-def _int(obj: dict[str, Any], *names: str, required: bool = False, within: str = "") -> int | None:
+def _int(obj: dict[str, Any], *names: str, within: str = "") -> int | None:
     for name in names:
         if name in obj and obj[name] is not None:
             value = obj[name]
@@ -70,9 +70,14 @@ def _int(obj: dict[str, Any], *names: str, required: bool = False, within: str =
             if value > INT32_MAX:
                 raise _too_many(*filter(None, (within, name)))
             return value
-    if required:
-        raise _bad(f"The usage object needs {names[0]}.")
     return None
+
+
+def _int_required(obj: dict[str, Any], *names: str) -> int:
+    value = _int(obj, *names)
+    if value is None:
+        raise _bad(f"The usage object needs {names[0]}.")
+    return value
 
 
 def detect_provider(usage: dict[str, Any], *, default: str) -> str:
@@ -101,7 +106,7 @@ def usage_parse(
     if provider == "openai":
         # Chat Completions: prompt_tokens + prompt_tokens_details.cached_tokens;
         # Responses API: input_tokens + input_tokens_details.cached_tokens.
-        prompt = _int(usage, "prompt_tokens", "input_tokens", required=True)
+        prompt = _int_required(usage, "prompt_tokens", "input_tokens")
         details_name = "prompt_tokens_details"
         if not usage.get(details_name):
             details_name = "input_tokens_details"
@@ -114,7 +119,7 @@ def usage_parse(
         )
     elif provider == "anthropic":
         # input_tokens excludes what was read from or written to the cache; the prompt is all three.
-        uncached = _int(usage, "input_tokens", required=True)
+        uncached = _int_required(usage, "input_tokens")
         read = _int(usage, "cache_read_input_tokens") or 0
         written = _int(usage, "cache_creation_input_tokens") or 0
         if uncached + read + written > INT32_MAX:  # the prompt is stored as their sum
@@ -123,7 +128,7 @@ def usage_parse(
             "anthropic", uncached + read + written, read, written, _int(usage, "output_tokens")
         )
     else:
-        prompt = _int(usage, "promptTokenCount", "prompt_token_count", required=True)
+        prompt = _int_required(usage, "promptTokenCount", "prompt_token_count")
         cached = _int(usage, "cachedContentTokenCount", "cached_content_token_count") or 0
         parsed = ParsedUsage(
             "gemini", prompt, cached, None, _int(usage, "candidatesTokenCount", "candidates_token_count")

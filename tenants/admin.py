@@ -1,5 +1,5 @@
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from axes.admin import AccessAttemptAdmin, AccessLogAdmin
 from axes.models import AccessAttempt, AccessLog
@@ -8,6 +8,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
+from django.forms.models import ModelFormMetaclass
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
@@ -30,6 +31,9 @@ from tenants.settings_schema import (
     settings_read,
     settings_validate,
 )
+
+if TYPE_CHECKING:  # the stubs' type of a fieldset's options (django-stubs is a development dependency)
+    from django_stubs_ext import FieldOpts
 
 # The site's names: the title bar, the page titles and the index say Mnemo, not Django.
 admin.site.site_header = "Mnemo administration"
@@ -101,8 +105,9 @@ class TenantFormBase(forms.ModelForm):
                 field.initial = _to_form(setting, stored[setting.key])
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
-        values = {}
+        super().clean()  # ModelForm's returns cleaned_data (the stubs allow a form's clean to return None)
+        data = self.cleaned_data
+        values: dict[str, Any] = {}
         for setting in SCHEMA:
             if setting.key not in self.fields or setting.key in self.errors:
                 continue
@@ -123,16 +128,19 @@ class TenantFormBase(forms.ModelForm):
         return super().save(commit=commit)
 
 
-TenantAdminForm = type(TenantFormBase)(
-    "TenantAdminForm", (TenantFormBase,), {s.key: settings_form_field(s) for s in SCHEMA}
+# The form's metaclass collects declared fields, so the settings' fields are built into a subclass at import
+# (the admin builds its form from the fieldsets' names, which must be declared fields).
+TenantAdminForm = cast(
+    "type[TenantFormBase]",
+    ModelFormMetaclass("TenantAdminForm", (TenantFormBase,), {s.key: settings_form_field(s) for s in SCHEMA}),
 )
 
 
-def _settings_fieldsets() -> list[tuple[str, dict]]:
+def _settings_fieldsets() -> list[tuple[str, "FieldOpts"]]:
     groups: dict[str, list[str]] = {}
     for setting in SCHEMA:
         groups.setdefault(setting.group, []).append(setting.key)
-    return [(f"Settings: {group}", {"fields": keys}) for group, keys in groups.items()]
+    return [(f"Settings: {group}", {"fields": tuple(keys)}) for group, keys in groups.items()]
 
 
 @admin.register(Tenant)

@@ -4,7 +4,7 @@ Every tenant-owned ModelAdmin derives from TenantScopedAdmin (AppendOnlyAdmin fo
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin
@@ -19,6 +19,9 @@ from django.utils.html import format_html
 
 from tenants.models import Membership, Tenant
 
+if TYPE_CHECKING:  # the stubs' alias of str | lazy str (django-stubs is a development dependency)
+    from django_stubs_ext import StrOrPromise
+
 ALL_ROLES = (Membership.Role.OPERATOR, Membership.Role.SUPPORT)
 
 
@@ -26,7 +29,12 @@ def member_tenant_ids(request: HttpRequest, roles: tuple[str, ...] = ALL_ROLES) 
     """Tenant ids where the request's user holds one of `roles` (memoised on the request)."""
     cache = getattr(request, "_mnemo_memberships", None)
     if cache is None:
-        cache = list(Membership.objects.filter(user_id=request.user.pk).values_list("tenant_id", "role"))
+        user_id = request.user.pk  # None for an anonymous user, who belongs to no tenant
+        cache = (
+            []
+            if user_id is None
+            else list(Membership.objects.filter(user_id=user_id).values_list("tenant_id", "role"))
+        )
         request._mnemo_memberships = cache  # type: ignore[attr-defined]
     return {tenant_id for tenant_id, role in cache if role in roles}
 
@@ -47,7 +55,9 @@ def scoped_related_filter(admin_site: admin.AdminSite, model: type[Model], tenan
 class ScopedRelatedFieldListFilter(admin.RelatedFieldListFilter):
     """A "By <relation>" filter that offers only the user's tenants' objects (Django's lists every row)."""
 
-    def field_choices(self, field: Any, request: HttpRequest, model_admin: Any) -> list[tuple[Any, str]]:
+    def field_choices(
+        self, field: Any, request: HttpRequest, model_admin: Any
+    ) -> list[tuple[str, "StrOrPromise"]]:
         ordering = self.field_admin_ordering(field, request, model_admin)
         limit = None
         if not request.user.is_superuser:

@@ -47,13 +47,14 @@ def json_body(raw: bytes | str) -> Any:
 class LimitedJSONParser(JSONParser):
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
         raw = read_limited(stream)
+        body: bytes | str = raw
         encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         if encoding.lower().replace("-", "") != "utf8":
             try:
-                raw = raw.decode(encoding)
+                body = raw.decode(encoding)
             except (LookupError, ValueError) as exc:
                 raise ParseError(f"JSON parse error - {exc}") from None
-        return json_body(raw)
+        return json_body(body)
 
 
 class LimitedMultiPartParser(MultiPartParser):
@@ -78,7 +79,10 @@ class RawBodyParser(BaseParser):
 
     media_type = "*/*"
 
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> bytes:
+    # DRF makes request.data whatever a parser returns; its stubs type that a mapping only.
+    def parse(  # type: ignore[override]
+        self, stream: Any, media_type: str | None = None, parser_context: Any = None
+    ) -> bytes:
         return read_limited(stream)
 
 

@@ -46,17 +46,21 @@ REQUEST_ID_HEADER = "X-Request-Id"
 # A gateway's own id is kept when it looks like one, so its logs and ours name the same request; anything
 # else (too long, control characters) is replaced rather than written into our logs and headers.
 _CLIENT_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+# The attribute of Django's request that keeps its id (HttpRequest declares no such field; the log filter
+# config.errors.RequestIdInLog reads it back by this name).
+REQUEST_ID_ATTRIBUTE = "request_id"
 
 
 def request_id_assign(request: HttpRequest | Request) -> str:
     """The request's id: the caller's X-Request-Id when well-formed, else a new one; kept on the request."""
-    django_request = getattr(request, "_request", request)  # DRF's Request: the id lives on Django's
-    existing = getattr(django_request, "request_id", None)
+    # DRF's Request: the id lives on Django's.
+    django_request = request._request if isinstance(request, Request) else request
+    existing = getattr(django_request, REQUEST_ID_ATTRIBUTE, None)
     if existing:
         return str(existing)
     offered = django_request.headers.get(REQUEST_ID_HEADER, "")
     request_id = offered if _CLIENT_REQUEST_ID.fullmatch(offered) else f"req_{uuid.uuid4().hex}"
-    django_request.request_id = request_id
+    setattr(django_request, REQUEST_ID_ATTRIBUTE, request_id)
     return request_id
 
 
@@ -152,12 +156,15 @@ def _handled(exc: Exception) -> Response | None:
         )
 
     if isinstance(exc, exceptions.APIException):
-        code = next((c for cls, c in _STATUS_CODES.items() if isinstance(exc, cls)), None)
-        code = code or getattr(exc, "default_code", "error")
+        known = next((c for cls, c in _STATUS_CODES.items() if isinstance(exc, cls)), None)
+        api_code = known or exc.default_code
         headers = {}
-        if getattr(exc, "auth_header", None):
-            headers["WWW-Authenticate"] = exc.auth_header
-        if getattr(exc, "wait", None):
-            headers["Retry-After"] = str(int(exc.wait))
-        return Response(error_body(code, str(exc.detail)), status=exc.status_code, headers=headers)
+        # As DRF's own handler: the view sets auth_header on the exception, Throttled carries wait.
+        auth_header = getattr(exc, "auth_header", None)
+        if auth_header:
+            headers["WWW-Authenticate"] = auth_header
+        wait = getattr(exc, "wait", None)
+        if wait:
+            headers["Retry-After"] = str(int(wait))
+        return Response(error_body(api_code, str(exc.detail)), status=exc.status_code, headers=headers)
     return None

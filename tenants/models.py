@@ -32,11 +32,15 @@ class Tenant(models.Model):
         return self.slug
 
 
+# The longest end user id (the column): also the limit of the API fields that name an end user.
+EXTERNAL_ID_MAX_LENGTH = 255
+
+
 class EndUser(models.Model):
     """A user of the client app, known to us only by the app's own identifier."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="end_users")
-    external_id = models.CharField(max_length=255)
+    external_id = models.CharField(max_length=EXTERNAL_ID_MAX_LENGTH)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
     class Meta:

@@ -2,9 +2,9 @@
 never a 403 and never a leak."""
 
 import uuid
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ObjectDoesNotExist, ValidationError
 from django.db import connections, models
 from django.http import Http404
 
@@ -33,11 +33,11 @@ def access_object(queryset: models.QuerySet[M], *, pk: object, **scope: object) 
     pk = _pk_or_404(queryset.model, pk)
     try:
         return queryset.get(pk=pk, **scope)
-    except (queryset.model.DoesNotExist, ValueError, TypeError):
+    except (ObjectDoesNotExist, ValueError, TypeError):  # the model's DoesNotExist subclasses it
         raise Http404 from None
 
 
-class ScopedRowLookup:
+class ScopedRowLookup(Generic[M]):
     """One row by primary key inside a scope column, with the row of one nullable foreign key joined, as a
     fixed statement built once from the models' metadata: what access_object(qs.select_related(fk), pk=…,
     scope=…) does, for the lookups every request of an endpoint family starts with. Django compiles a
@@ -47,11 +47,18 @@ class ScopedRowLookup:
     Kept because a benchmark shows it pays (bench/append.py; docs/benchmarks.md, Appends over HTTP).
     Without that margin, access_object(select_related) does the same."""
 
-    def __init__(self, model: type[models.Model], *, scope: str, related: str) -> None:
+    def __init__(self, model: type[M], *, scope: str, related: str) -> None:
         self.model = model
-        self.scope_field = model._meta.get_field(scope)
-        self.related_field = model._meta.get_field(related)
-        self.related_model = self.related_field.related_model
+        scope_field = model._meta.get_field(scope)
+        related_field = model._meta.get_field(related)
+        if not isinstance(scope_field, models.Field) or not isinstance(related_field, models.ForeignKey):
+            raise TypeError(f"{model.__name__}: {scope} must be a column and {related} a foreign key")
+        related_model = related_field.related_model
+        if not isinstance(related_model, type):  # "self" or a name: the models are not loaded yet
+            raise TypeError(f"{model.__name__}.{related}: its model is not resolved")
+        self.scope_field: models.Field[Any, Any] = scope_field
+        self.related_field: models.ForeignKey[Any, Any] = related_field
+        self.related_model = related_model
         self._related_pk_index = list(self.related_model._meta.concrete_fields).index(
             self.related_model._meta.pk
         )
@@ -79,7 +86,7 @@ class ScopedRowLookup:
 
         return sql, converters(own, "o"), converters(joined, "r")
 
-    def get(self, *, pk: object, scope_value: object, using: str = "default") -> models.Model:
+    def get(self, *, pk: object, scope_value: object, using: str = "default") -> M:
         """The row, else Http404 (also for a malformed pk)."""
         connection = connections[using]
         params = [
@@ -95,7 +102,7 @@ class ScopedRowLookup:
             row = cursor.fetchone()
         if row is None:
             raise Http404
-        obj = self._build(self.model, own, row[: len(own)], connection, using)
+        obj: M = self._build(self.model, own, row[: len(own)], connection, using)
         related_values = row[len(own) :]
         related = None
         if related_values[self._related_pk_index] is not None:  # else no related row (a NULL key)

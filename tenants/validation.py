@@ -62,10 +62,16 @@ def text_problem(value: str) -> tuple[str, str] | None:
     return SURROGATE_CHARACTERS, f"Surrogate characters are not allowed: U+{ord(found.group()):X}."
 
 
-def text_is_clean(value: object, *, max_length: int) -> bool:
-    """Whether a path identifier could name a stored row: a string of 1..max_length characters that a text
-    column can hold. Anything else is a 404 without a query (PostgreSQL refuses a NUL even in a WHERE)."""
-    return isinstance(value, str) and 0 < len(value) <= max_length and text_problem(value) is None
+def text_is_clean(value: object, *, max_length: int | None) -> bool:
+    """Whether a path identifier could name a stored row: a string of 1..max_length characters (any length
+    when the column has no max_length) that a text column can hold. Anything else is a 404 without a query
+    (PostgreSQL refuses a NUL even in a WHERE)."""
+    return (
+        isinstance(value, str)
+        and len(value) > 0
+        and (max_length is None or len(value) <= max_length)
+        and text_problem(value) is None
+    )
 
 
 def json_depth_check(raw: bytes, *, limit: int = MAX_JSON_DEPTH) -> None:

@@ -9,6 +9,7 @@ import os
 import secrets
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -562,7 +563,8 @@ except ValueError as exc:
     raise ImproperlyConfigured(f"MNEMO_METRICS_ALLOWED_NETWORKS: {exc}") from None
 MNEMO_METRICS_TOKEN = env_str("MNEMO_METRICS_TOKEN")
 
-LOGGING = {
+# logging.config.dictConfig's schema: nested sections whose shapes differ (test settings change a level).
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},

@@ -129,6 +129,7 @@ def _messages_by_key(conversation: Conversation, keys: list[str]) -> dict[str, M
     return {
         m.idempotency_key: m
         for m in Message.objects.filter(conversation=conversation, idempotency_key__in=keys)
+        if m.idempotency_key is not None  # always, by the filter
     }
 
 
