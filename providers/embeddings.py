@@ -269,7 +269,7 @@ def _embed_and_keep(key: _QueryKey | None, text: str) -> tuple[np.ndarray | None
 def embed_query_ahead(text: str) -> None:
     """Start embedding a query a context call is about to search with, on a background thread: the local
     model (onnxruntime releases the GIL) then runs while the call reads the database, and embed_query picks
-    the vector up (~8 ms of a call, bench/context_latency.py). Only for the local model, whose cost is CPU,
+    the vector up (a large share of a call's time otherwise). Only for the local model, whose cost is CPU,
     not a remote call."""
     global _ahead
     status = embedder_status()

