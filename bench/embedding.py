@@ -14,7 +14,7 @@ Then the catch-up run an append queues (conversations.embedding.message_vectors_
 --catch-up sizes whose messages all have vectors but the 3 newest: its time against the model's time for
 those 3 alone (the baseline): what the run costs beyond the embedding itself as a conversation grows.
 
-Target (#14): >= 300 messages/s on 2 cores. Exits 1 when missed on the short-message set.
+Target: >= 300 messages/s on 2 cores. Exits 1 when missed on the short-message set.
 Run from the repository root: .venv/bin/python bench/embedding.py [--messages 400] [--threads 1 2]
 [--catch-up 1000 10000]
 """

@@ -12,7 +12,7 @@ A result is correct when it is the chunk of that very function (same path, its d
 lines, same name). Reported: MRR@10 and recall@10 for Mnemo's search (BM25 over identifier-aware terms +
 symbol trigrams + vectors, RRF), the same without vectors, and the baseline in the same run: plain BM25 over
 the raw text of the same chunks (lower-cased \\w+ words, no splitting, no stemming).
-Goal (issue #16): MRR@10 >= 0.8 on name queries and above the baseline on docstring queries.
+Goal: MRR@10 >= 0.8 on name queries and above the baseline on docstring queries.
 
 Also: ingest (files/s of the repository; pages/s of a generated 200-page PDF), search latency p50/p95 over
 the queries at the corpus size, and at 10k and 100k chunks (the index grown with copies of the corpus).

@@ -1,4 +1,4 @@
-"""The factories cannot build a row whose tenant differs from the rows it belongs to (#19 item 8)."""
+"""The factories cannot build a row whose tenant differs from the rows it belongs to."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Service boundaries are typed (#19 item 7): no public function of context, memory, summaries or providers
+"""Service boundaries are typed: no public function of context, memory, summaries or providers
 takes or returns a bare `Any` (mypy, run by `make lint`, checks the rest). JSON payloads (`dict[str, Any]`)
 and `**kwargs: Any` stay allowed; admin and API modules are Django's and DRF's entry points, not services."""
 
@@ -10,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("context", "memory", "summaries", "providers")
 NOT_SERVICES = {"admin.py", "apis.py", "views.py", "urls.py", "apps.py"}
-# Still untyped when the check came, in the chat proxy (#17, being written then): a ratchet, so typing one
+# Still untyped when the check came, in the chat proxy (being written then): a ratchet, so typing one
 # of them fails the test until it leaves this list, and a new bare Any fails it at once.
 NOT_YET_TYPED = {
     "context/proxy/services.py": ["upstream_body(rendered: Any)"],

@@ -1,4 +1,4 @@
-"""#18 item 1: every admin action checks the role it needs, and is not offered to a role that may not run
+"""every admin action checks the role it needs, and is not offered to a role that may not run
 it. Revoking keys is for operators; support may keep reverting memory operations (their job)."""
 
 import pytest

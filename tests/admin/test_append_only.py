@@ -1,4 +1,4 @@
-"""#18 item 4: audit and derived rows are append-only in the admin, for superusers too: no add page and no
+"""audit and derived rows are append-only in the admin, for superusers too: no add page and no
 delete (the services that record them are the only writers); a message's content may still be corrected,
 and deleting a conversation still takes its messages with it."""
 

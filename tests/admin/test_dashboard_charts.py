@@ -1,4 +1,4 @@
-"""#18 item 8: the cache dashboard draws its days as server-side SVG (no script, no CDN) in colours that
+"""the cache dashboard draws its days as server-side SVG (no script, no CDN) in colours that
 hold in dark mode: tokens sent, cached and predicted, compactions a day, context latency p50/p95,
 degradations by code and image storage by tier; a scoped user sees only their tenants' series."""
 

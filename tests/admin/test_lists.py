@@ -1,4 +1,4 @@
-"""#18 item 5: every tenant-owned list says whose each row is (a tenant column and filter), messages filter
+"""every tenant-owned list says whose each row is (a tenant column and filter), messages filter
 by conversation, and conversations are told apart (end user, short id, created, message count) in the list
 and in the inspector's picker, grouped by tenant for a superuser."""
 

@@ -1,4 +1,4 @@
-"""#18 item 7: readable values. JSON indented, the inspector's prompt with its line breaks and images as
+"""readable values. JSON indented, the inspector's prompt with its line breaks and images as
 thumbnails, validation errors as sentences, one history for a memory block, "Compact now" says what
 happened, the site is titled Mnemo and model names read right."""
 

@@ -1,4 +1,4 @@
-"""#18 item 3: a scoped user's filters and dropdowns name only its tenants (and their objects): the "By
+"""a scoped user's filters and dropdowns name only its tenants (and their objects): the "By
 tenant" filter listed every tenant's slug to a support user of one tenant."""
 
 import pytest

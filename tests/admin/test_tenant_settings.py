@@ -1,4 +1,4 @@
-"""#18 item 2: tenant settings have a schema. The admin's form has one typed field per known setting and
+"""tenant settings have a schema. The admin's form has one typed field per known setting and
 refuses bad values and unknown keys; a save takes effect at the next call; a bad value stored around the
 schema falls back to its default with a degradation, never a 500 (it was a ValueError in default_budget)."""
 

@@ -1,4 +1,4 @@
-"""#18 item 6: a conversation's change page shows its transcript, paginated, with roles, image thumbnails,
+"""a conversation's change page shows its transcript, paginated, with roles, image thumbnails,
 partial replies and compaction boundaries marked (it showed only a link "14 messages")."""
 
 import pytest

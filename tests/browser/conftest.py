@@ -1,4 +1,4 @@
-"""Browser tests (#18 item 9): Playwright for Python drives Debian's Chromium against pytest-django's live
+"""Browser tests: Playwright for Python drives Debian's Chromium against pytest-django's live
 server. Without /usr/bin/chromium (or MNEMO_CHROMIUM) they skip, unless MNEMO_BROWSER_REQUIRED=1 (make
 test-browser, which CI runs): then a missing browser, and any skip, is a failure. A failing test leaves a
 screenshot of each of its pages next to the test report (the --junitxml folder, else var/test-reports/).

@@ -1,6 +1,6 @@
 """The data the browser tests look at, written the way clients write it: through the API (messages with an
 image and a partial reply, a compaction, memory, a document, a context call and its usage report) for two
-tenants, and the admin users of #18's cast: a superuser, an operator and a support member of Acme."""
+tenants, and the admin users of the admin test cast: a superuser, an operator and a support member of Acme."""
 
 from dataclasses import dataclass
 from typing import Any

@@ -1,5 +1,5 @@
-"""Every page of the admin a role is offered renders without a server error or a browser console error
-(#18 item 9): from the index, each changelist and add page and custom view; from each changelist, its first
+"""Every page of the admin a role is offered renders without a server error or a browser console error:
+from the index, each changelist and add page and custom view; from each changelist, its first
 object's change page and its object tools (dashboards, the inspector)."""
 
 from collections.abc import Callable

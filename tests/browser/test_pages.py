@@ -1,4 +1,4 @@
-"""Pages an operator works with, as the browser lays them out (#18 items 5-7): the message list at 1,400 px,
+"""Pages an operator works with, as the browser lays them out: the message list at 1,400 px,
 a conversation's transcript, readable values."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""What each role does in the admin, in Chromium (#18 item 9): support edits a memory block (the version
+"""What each role does in the admin, in Chromium: support edits a memory block (the version
 moves, an over-limit value and a stale form are refused), support is offered no key revocation and a forged
 one revokes nothing, invalid tenant settings are refused, and the inspector assembles a context."""
 

@@ -1,4 +1,4 @@
-"""#18 item 8: the hourly rollups of context calls behind the dashboard's latency and degradation charts.
+"""the hourly rollups of context calls behind the dashboard's latency and degradation charts.
 Each context call bumps its tenant's hour (calls, a latency histogram, degradations by code); p50/p95 are
 read back from the histogram; old hours are pruned daily."""
 
