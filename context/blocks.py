@@ -30,15 +30,15 @@ def context_blocks(state: ContextState) -> dict[str, Any]:
 def _system_blocks(state: ContextState) -> dict[str, Any]:
     layout, blocks = state.layout, {}
     b1_text, b2a_text, b4_text = system_sections(layout)
-    if layout.b1:
-        blocks["B1"] = _block(b1_text, model=state.model, items=[layout.b1.source])
-    if layout.b2a:
+    if layout.agent:
+        blocks["B1"] = _block(b1_text, model=state.model, items=[layout.agent.source])
+    if layout.core_memory:
         blocks["B2a"] = _block(
-            b2a_text, model=state.model, items=[{**i.source, "tokens": i.tokens} for i in layout.b2a]
+            b2a_text, model=state.model, items=[{**i.source, "tokens": i.tokens} for i in layout.core_memory]
         )
-    if layout.b4:
+    if layout.summaries:
         blocks["B4"] = _block(
-            b4_text, model=state.model, items=[{**i.source, "tokens": i.tokens} for i in layout.b4]
+            b4_text, model=state.model, items=[{**i.source, "tokens": i.tokens} for i in layout.summaries]
         )
     return blocks
 
@@ -46,24 +46,24 @@ def _system_blocks(state: ContextState) -> dict[str, Any]:
 def _history_block(state: ContextState) -> dict[str, Any]:
     """B6 with its seq range; its text is the history's JSON the hint stage serialised for the hashes."""
     assert state.rendered is not None
-    b6 = state.layout.b6
-    if not b6:
+    messages = state.layout.history
+    if not messages:
         return {}
     block = _block(
         state.history_json or canonical_json(state.rendered.history),
         model=state.model,
-        items=[{"kind": "message", "id": m.id, "seq": m.seq, "tokens": m.token_count} for m in b6],
+        items=[{"kind": "message", "id": m.id, "seq": m.seq, "tokens": m.token_count} for m in messages],
         tokens=state.tokens["history"],
     )
-    return {"B6": {**block, "from_seq": b6[0].seq, "to_seq": b6[-1].seq}}
+    return {"B6": {**block, "from_seq": messages[0].seq, "to_seq": messages[-1].seq}}
 
 
 def _request_blocks(state: ContextState) -> dict[str, Any]:
     layout, blocks = state.layout, {}
     per_request = {
-        "B5": layout.b5,
-        "B3": [layout.b3] if layout.b3 else [],
-        "B2b": [layout.b2b] if layout.b2b else [],
+        "B5": layout.retrieved,
+        "B3": [layout.task_state] if layout.task_state else [],
+        "B2b": [layout.session_profile] if layout.session_profile else [],
         "memory_updates": layout.memory_updates,
         "attachments": layout.attachments,
     }

@@ -146,7 +146,7 @@ def _shown_image_ids(state: ContextState) -> set[str]:
     """Images whose pixels the history will show (not duplicates, not compacted to a placeholder), in the
     messages the budget stage will keep: all of B6 when it fits its allowance, else (as the window cut does)
     the newest exchange and what fits the share of the allowance a cut keeps."""
-    messages = state.layout.b6
+    messages = state.layout.history
     if sum(m.token_count for m in messages) > state.shares.history_allowance:
         keep_from, _ = window_keep_from(
             messages, target=state.shares.window_target, protected_from_seq=state.protected_from_seq

@@ -101,7 +101,7 @@ def question_and_blocks_load(state: ContextState) -> None:
     profile = _agent_profile(state)
     if profile is not None:
         text = profile.render()
-        state.layout.b1 = Item(
+        state.layout.agent = Item(
             text=text,
             tokens=count_cached(text, model=state.model),
             source={"kind": "agent_profile", "id": str(profile.id), "version": profile.version},

@@ -29,14 +29,14 @@ def budget_fit(state: ContextState) -> None:
         state, history_budget=shares.compaction_history, summary_budget=shares.compaction_summaries
     )
     totals = _fill_retrieval(state, history_tokens)
-    while totals["total"] > state.budget and layout.b4:
-        _drop(state, "B4", layout.b4.pop(0))
+    while totals["total"] > state.budget and layout.summaries:
+        _drop(state, "B4", layout.summaries.pop(0))
         totals = exact_total(state, history_tokens)
-    if totals["total"] > state.budget and layout.b2b:
-        item, layout.b2b = layout.b2b, None
+    if totals["total"] > state.budget and layout.session_profile:
+        item, layout.session_profile = layout.session_profile, None
         _drop(state, "B2b", item)
         totals = exact_total(state, history_tokens)
-    if totals["total"] > state.budget and layout.b3:
+    if totals["total"] > state.budget and layout.task_state:
         _truncate_task_state(state, history_tokens=history_tokens)
         totals = exact_total(state, history_tokens)
     if totals["total"] > state.budget:
@@ -47,7 +47,7 @@ def budget_fit(state: ContextState) -> None:
             f"the budget is {state.budget}.",
         )
     # Retrieved messages in the order they were said, after the memories.
-    layout.b5.sort(key=lambda i: (i.source.get("kind") != "archival", i.source.get("seq", 0)))
+    layout.retrieved.sort(key=lambda i: (i.source.get("kind") != "archival", i.source.get("seq", 0)))
     state.tokens = totals
 
 
@@ -58,8 +58,8 @@ def _drop(state: ContextState, block: str, item: Item, reason: str = "budget") -
 def _cap_summaries(state: ContextState, cap: int) -> None:
     """The oldest segments give way while B4 is over its share (a background roll-up makes them fit again)."""
     layout = state.layout
-    while layout.b4 and sum(i.tokens for i in layout.b4) > cap:
-        _drop(state, "B4", layout.b4.pop(0))
+    while layout.summaries and sum(i.tokens for i in layout.summaries) > cap:
+        _drop(state, "B4", layout.summaries.pop(0))
 
 
 @dataclasses.dataclass
@@ -77,13 +77,13 @@ def _fill_retrieval(state: ContextState, history_tokens: int) -> dict[str, int]:
     totals = exact_total(state, history_tokens)
     room = min(state.budget - totals["total"], state.shares.retrieval_cap)
     dropped = {d.get("id") for d in state.dropped}  # a set: B6 is hundreds of messages at large budgets
-    shown = {m.id for m in layout.b6 if m.id not in dropped}
+    shown = {m.id for m in layout.history if m.id not in dropped}
     placed = _place_retrieval(state, shown, room)
     totals = exact_total(state, history_tokens)
     while placed.added and totals["total"] > state.budget:
         weakest = min(placed.added, key=lambda i: i.score)
         placed.added.remove(weakest)
-        layout.b5.remove(weakest)
+        layout.retrieved.remove(weakest)
         totals = exact_total(state, history_tokens)
     _list_dropped_hits(state, shown, placed)
     return totals
@@ -91,7 +91,7 @@ def _fill_retrieval(state: ContextState, history_tokens: int) -> dict[str, int]:
 
 def _list_dropped_hits(state: ContextState, shown: set[str], placed: _Placed) -> None:
     """One `dropped` entry for the hits that repeated what B5 quotes, one for those that did not fit."""
-    in_b5 = {id(i) for i in state.layout.b5}
+    in_b5 = {id(i) for i in state.layout.retrieved}
     repeated = {id(i) for i in placed.repeats}
     left = [
         i
@@ -134,7 +134,7 @@ def _place_retrieval(state: ContextState, shown: set[str], room: int) -> _Placed
         ids = item.source.get("ids") or [item.source.get("id")]
         if (kind == "message" and all(i in shown for i in ids)) or _quotes_only(item, placed.said):
             continue
-        cost = item.tokens + (SECTION_TOKENS if not layout.b5 else SEPARATOR_TOKENS)
+        cost = item.tokens + (SECTION_TOKENS if not layout.retrieved else SEPARATOR_TOKENS)
         if cost > room:
             continue
         trigrams = quoted_trigrams(item) if kind == "message" else set()
@@ -142,7 +142,7 @@ def _place_retrieval(state: ContextState, shown: set[str], room: int) -> _Placed
             placed.repeats.append(item)
             continue
         quoted |= trigrams
-        layout.b5.append(item)
+        layout.retrieved.append(item)
         placed.added.append(item)
         room -= cost
         if kind == "archival" and item.source.get("source_message_ids"):
@@ -152,7 +152,7 @@ def _place_retrieval(state: ContextState, shown: set[str], room: int) -> _Placed
             for memory in [i for i in quoting if _quotes_only(i, placed.said)]:
                 quoting.remove(memory)
                 placed.added.remove(memory)
-                layout.b5.remove(memory)
+                layout.retrieved.remove(memory)
                 room += memory.tokens + SEPARATOR_TOKENS
     return placed
 
@@ -160,7 +160,7 @@ def _place_retrieval(state: ContextState, shown: set[str], room: int) -> _Placed
 def _truncate_task_state(state: ContextState, *, history_tokens: int) -> None:
     """Keep the longest head of B3 (plus the marker) that fits; tokens per character vary along a text, so
     the cut is found by bisection rather than estimated once."""
-    item = state.layout.b3
+    item = state.layout.task_state
     assert item is not None
 
     def shortened(length: int) -> Item:
@@ -170,18 +170,18 @@ def _truncate_task_state(state: ContextState, *, history_tokens: int) -> None:
     low, high = 0, len(item.text)
     while low < high:
         middle = (low + high + 1) // 2
-        state.layout.b3 = shortened(middle)
+        state.layout.task_state = shortened(middle)
         if exact_total(state, history_tokens)["total"] <= state.budget:
             low = middle
         else:
             high = middle - 1
-    state.layout.b3 = shortened(low)
+    state.layout.task_state = shortened(low)
     state.dropped.append(
         {
             "block": "B3",
             "reason": "budget",
             "source": item.source,
-            "tokens": item.tokens - state.layout.b3.tokens,
+            "tokens": item.tokens - state.layout.task_state.tokens,
             "truncated": True,
         }
     )

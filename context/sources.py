@@ -45,7 +45,7 @@ def load_summaries(state: ContextState) -> None:
         items.append(
             Item(text=text, tokens=count_cached(text, model=state.model), source=segment_source(segment))
         )
-    state.layout.b4 = items
+    state.layout.summaries = items
 
 
 # --- B2a: core memory (and the memory-updates section for edits since the last boundary) ------------------
@@ -72,7 +72,7 @@ def load_core_memory(state: ContextState) -> None:
         text = f"<{label}>\n{folded[label]}\n</{label}>"
         source = {"kind": "core_memory", "label": label, "version": snapshot.versions[label]}
         items.append(Item(text=text, tokens=count_cached(text, model=state.model), source=source))
-    state.layout.b2a = items
+    state.layout.core_memory = items
     updates = []
     for block in current:
         if snapshot.versions.get(block.label) == block.version:
@@ -101,7 +101,7 @@ def load_task_state(state: ContextState) -> None:
     if task:
         text = canonical_json(task)
         source = {"kind": "task_state", "epoch": overlay.epoch, "events": len(overlay.pending)}
-        state.layout.b3 = Item(text=text, tokens=count_cached(text, model=state.model), source=source)
+        state.layout.task_state = Item(text=text, tokens=count_cached(text, model=state.model), source=source)
     if profile:
         if isinstance(profile, dict):
             text = "\n".join(
@@ -111,7 +111,9 @@ def load_task_state(state: ContextState) -> None:
         else:
             text = canonical_json(profile)
         source = {"kind": "session_profile", "epoch": overlay.epoch}
-        state.layout.b2b = Item(text=text, tokens=count_cached(text, model=state.model), source=source)
+        state.layout.session_profile = Item(
+            text=text, tokens=count_cached(text, model=state.model), source=source
+        )
 
 
 # --- B5: retrieval (archival memories and recall of messages before the boundary) ---------------------------
@@ -139,7 +141,7 @@ def rewrite_query(state: ContextState) -> None:
         query=state.layout.user_message,
         task_state=state.task_state,
         before_seq=state.history_until,
-        recent=[(m.role, m.content) for m in reversed(state.layout.b6) if m.role in talk],
+        recent=[(m.role, m.content) for m in reversed(state.layout.history) if m.role in talk],
     )
     for degradation in state.rewrite.degradations:
         state.degrade("rewrite", degradation["code"], degradation["message"])
@@ -163,7 +165,7 @@ def compaction_schedule(state: ContextState, *, history_budget: int, summary_bud
         and not any(d["block"] == "B6" for d in state.dropped)
     )
     if loaded_all:
-        history = sum(m.token_count for m in state.layout.b6)
+        history = sum(m.token_count for m in state.layout.history)
     elif compaction_queued(state.conversation):
         return  # one is on its way: summing the history (thousands of rows when it lags) would only say so
     else:

@@ -127,8 +127,8 @@ def measure(tenant: Any, series: list[Series], calls: int, warmup: int, rng: ran
         s.first_call_mb = resident_mb() - resident
         for _ in range(warmup - 1):
             _, _, state = context_call(tenant, s)
-        s.prompt_segments = len(state.layout.b4)
-        s.prompt_messages = len(state.layout.b6)
+        s.prompt_segments = len(state.layout.summaries)
+        s.prompt_messages = len(state.layout.history)
         s.prompt_tokens = state.tokens["total"]
         if s.prompt_segments != s.segments or any(d["block"] == "B6" for d in state.dropped):
             # The records did not replay as compaction would have left them (the transcript format changed?):

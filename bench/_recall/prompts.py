@@ -23,11 +23,11 @@ def mnemo_prompt(conversation: Any, question: str, budget: int) -> tuple[str, in
     text = payload["system"] + "\n" + json.dumps(payload["messages"], ensure_ascii=False)
     layout = state.layout
     blocks = {
-        "B2a core memory": "\n".join(i.text for i in layout.b2a),
-        "B4 summaries": "\n".join(i.text for i in layout.b4),
-        "B6 history": "\n".join(m.content for m in layout.b6),
-        "B5 memories": "\n".join(i.text for i in layout.b5 if i.source.get("kind") == "archival"),
-        "B5 messages": "\n".join(i.text for i in layout.b5 if i.source.get("kind") != "archival"),
+        "B2a core memory": "\n".join(i.text for i in layout.core_memory),
+        "B4 summaries": "\n".join(i.text for i in layout.summaries),
+        "B6 history": "\n".join(m.content for m in layout.history),
+        "B5 memories": "\n".join(i.text for i in layout.retrieved if i.source.get("kind") == "archival"),
+        "B5 messages": "\n".join(i.text for i in layout.retrieved if i.source.get("kind") != "archival"),
     }
     return text, state.tokens["total"], blocks, elapsed
 

@@ -64,14 +64,15 @@ def item(text: str, *, score: float = 0.0, **source: Any) -> Item:
 
 
 def install_blocks(monkeypatch: Any, **blocks: Any) -> None:
-    """Fill layout blocks (b2a, b4, b5, b3, b2b, memory_updates) on every call, in the load stage after the
-    real block sources and before the history is read. monkeypatch restores the source after the test.
-    Lists are copied per call: the budget stage pops from them."""
+    """Fill layout blocks (core_memory, summaries, retrieved, task_state, session_profile, memory_updates)
+    on every call, in the load stage after the real block sources and before the history is read.
+    monkeypatch restores the source after the test. Lists are copied per call: the budget stage pops from
+    them."""
     load_core_memory = sources.load_core_memory
 
     def loader(state: Any) -> None:
         for name, value in blocks.items():
-            if name == "b5":  # retrieval hits are candidates the budget stage places, best first
+            if name == "retrieved":  # retrieval hits are candidates the budget stage places, best first
                 state.candidates = sorted(value, key=lambda i: -i.score)
                 continue
             setattr(state.layout, name, list(value) if isinstance(value, list) else value)
