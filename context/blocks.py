@@ -1,11 +1,13 @@
 """The blocks of the context call's response: each block the prompt carries with its tokens, the hash of its
 rendered text and the provenance of its items (context/serializers.py renders the rest of the body)."""
 
+from collections.abc import Sequence
 from typing import Any
 
 from context.state import ContextState
 from prefix_cache.accounting import count_cached
-from prefix_cache.rendering import canonical_json, sha256, system_sections, user_sections
+from prefix_cache.provenance import ItemSource
+from prefix_cache.rendering import Item, canonical_json, sha256, system_sections, user_sections
 
 
 def _block(
@@ -31,15 +33,11 @@ def _system_blocks(state: ContextState) -> dict[str, Any]:
     layout, blocks = state.layout, {}
     b1_text, b2a_text, b4_text = system_sections(layout)
     if layout.agent:
-        blocks["B1"] = _block(b1_text, model=state.model, items=[layout.agent.source])
+        blocks["B1"] = _block(b1_text, model=state.model, items=[layout.agent.source.data()])
     if layout.core_memory:
-        blocks["B2a"] = _block(
-            b2a_text, model=state.model, items=[{**i.source, "tokens": i.tokens} for i in layout.core_memory]
-        )
+        blocks["B2a"] = _block(b2a_text, model=state.model, items=[i.data() for i in layout.core_memory])
     if layout.summaries:
-        blocks["B4"] = _block(
-            b4_text, model=state.model, items=[{**i.source, "tokens": i.tokens} for i in layout.summaries]
-        )
+        blocks["B4"] = _block(b4_text, model=state.model, items=[i.data() for i in layout.summaries])
     return blocks
 
 
@@ -60,7 +58,7 @@ def _history_block(state: ContextState) -> dict[str, Any]:
 
 def _request_blocks(state: ContextState) -> dict[str, Any]:
     layout, blocks = state.layout, {}
-    per_request = {
+    per_request: dict[str, Sequence[Item[ItemSource]]] = {
         "B5": layout.retrieved,
         "B3": [layout.task_state] if layout.task_state else [],
         "B2b": [layout.session_profile] if layout.session_profile else [],
@@ -70,7 +68,5 @@ def _request_blocks(state: ContextState) -> dict[str, Any]:
     sections = user_sections(layout)
     for key, items in per_request.items():
         if items:
-            blocks[key] = _block(
-                sections[key], model=state.model, items=[{**i.source, "tokens": i.tokens} for i in items]
-            )
+            blocks[key] = _block(sections[key], model=state.model, items=[i.data() for i in items])
     return blocks

@@ -7,6 +7,7 @@ that was shortened is listed in `dropped`; images described offline are reported
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,12 @@ from knowledge.attachments import (
 from knowledge.tasks import image_descriptions_request
 from knowledge.vision import vision_status
 from prefix_cache.accounting import count_cached
+from prefix_cache.provenance import (
+    AttachmentSource,
+    ImageDescriptionSource,
+    ItemSource,
+    StoredAttachmentSource,
+)
 from prefix_cache.rendering import Item
 from providers.tokens import truncate_text
 
@@ -43,7 +50,7 @@ class Entry:
     priority: str
     order: tuple[Any, ...]
     texts: dict[str, str]
-    source: dict[str, Any]
+    source: AttachmentSource
     start: str
     level: str | None = None  # None: dropped
     cut: bool = False
@@ -73,13 +80,25 @@ def attachments_decay(state: ContextState) -> None:
     _fit(entries, allowance=allowance, model=state.model, dropped=state.dropped)
     kept = sorted((e for e in entries if e.level is not None), key=lambda e: e.order)
     # A retrieved image (knowledge.retrieval) the prompt already shows, or describes here, is not repeated.
-    described = {e.source["id"] for e in kept if e.level in ("content", "description") and "id" in e.source}
-    state.candidates = [c for c in state.candidates if c.source.get("image", "") not in shown | described]
+    described = {
+        e.source.id
+        for e in kept
+        if e.level in ("content", "description") and isinstance(e.source, StoredAttachmentSource)
+    }
+    state.candidates = [c for c in state.candidates if not _shown_already(c.source, shown | described)]
     state.layout.attachments = [
-        Item(text=e.texts[e.level], tokens=_tokens(e, state.model), source={**e.source, "level": e.level})
+        Item(
+            text=e.texts[e.level],
+            tokens=_tokens(e, state.model),
+            source=dataclasses.replace(e.source, level=e.level),
+        )
         for e in kept
         if e.level is not None
     ]
+
+
+def _shown_already(source: ItemSource, images: set[str]) -> bool:
+    return isinstance(source, ImageDescriptionSource) and source.image in images
 
 
 # --- the entries ------------------------------------------------------------------------------------------
@@ -94,8 +113,7 @@ def _request_entry(index: int, attachment: dict[str, Any]) -> Entry:
     if attachment.get("content"):
         texts["content"] = "\n".join([*head, attachment["content"]])
     start = "content" if "content" in texts else "description"
-    source = {"kind": "attachment", "name": name, "priority": "P0"}
-    return Entry("P0", (0, -1.0, index), texts, source, start)
+    return Entry("P0", (0, -1.0, index), texts, AttachmentSource(name=name, priority="P0"), start)
 
 
 def _entries(state: ContextState, *, content_tokens: int, shown: set[str]) -> list[Entry]:
@@ -120,16 +138,14 @@ def _entries(state: ContextState, *, content_tokens: int, shown: set[str]) -> li
     matched = {a.name.lower() for a in stored if a.name.lower() in bare}
     entries = [_request_entry(i, a) for i, a in enumerate(sent) if a["name"].lower() not in matched]
     for attachment in stored:
-        source = {
-            "kind": "attachment",
-            "name": attachment.name,
-            "priority": attachment.priority,
-            "attachment": attachment.kind,
-            "id": attachment.id,
-            "reason": attachment.reason,
-        }
-        if attachment.kind == "image":
-            source["described"] = attachment.described
+        source = StoredAttachmentSource(
+            name=attachment.name,
+            priority=attachment.priority,
+            attachment=attachment.kind,
+            id=attachment.id,
+            reason=attachment.reason,
+            described=attachment.described if attachment.kind == "image" else None,
+        )
         start = START_LEVEL[attachment.priority]
         if start not in attachment.texts:  # a P0 document not yet readable: its description
             start = next(level for level in LEVELS if level in attachment.texts)
@@ -237,7 +253,7 @@ def _fit(entries: list[Entry], *, allowance: int, model: str, dropped: list[dict
             {
                 "block": "attachments",
                 "reason": "decay",
-                **{k: entry.source[k] for k in ("name", "priority", "attachment", "id") if k in entry.source},
+                **entry.source.identity(),
                 "from": entry.start,
                 "to": entry.level or "dropped",
                 "shortened": entry.cut,

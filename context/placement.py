@@ -10,6 +10,15 @@ from context.history import history_fit
 from context.retrieved import quoted_trigrams, repeats
 from context.state import ContextState
 from prefix_cache.accounting import count_cached
+from prefix_cache.provenance import (
+    ArchivalSource,
+    ItemSource,
+    MessageHitSource,
+    MessageSource,
+    RetrievedSource,
+    TaskStateSource,
+    TurnGroupSource,
+)
 from prefix_cache.rendering import Item, current_user_text, system_text
 from providers.tokens import REPLY_PRIMING_TOKENS, count_message
 
@@ -47,12 +56,20 @@ def budget_fit(state: ContextState) -> None:
             f"the budget is {state.budget}.",
         )
     # Retrieved messages in the order they were said, after the memories.
-    layout.retrieved.sort(key=lambda i: (i.source.get("kind") != "archival", i.source.get("seq", 0)))
+    layout.retrieved.sort(key=_said_order)
     state.tokens = totals
 
 
-def _drop(state: ContextState, block: str, item: Item, reason: str = "budget") -> None:
-    state.dropped.append({"block": block, "reason": reason, "source": item.source, "tokens": item.tokens})
+def _said_order(item: Item[RetrievedSource]) -> tuple[bool, int]:
+    """Memories first, then what was said in the order it was said (other sources as seq 0)."""
+    source = item.source
+    return not isinstance(source, ArchivalSource), source.seq if isinstance(source, MessageSource) else 0
+
+
+def _drop(state: ContextState, block: str, item: Item[ItemSource], reason: str = "budget") -> None:
+    state.dropped.append(
+        {"block": block, "reason": reason, "source": item.source.data(), "tokens": item.tokens}
+    )
 
 
 def _cap_summaries(state: ContextState, cap: int) -> None:
@@ -64,9 +81,9 @@ def _cap_summaries(state: ContextState, cap: int) -> None:
 
 @dataclasses.dataclass
 class _Placed:
-    added: list[Item]  # what B5 took, in order
+    added: list[Item[RetrievedSource]]  # what B5 took, in order
     said: set[str]  # the ids of the messages the prompt shows whole
-    repeats: list[Item]  # message hits that fitted but said mostly what B5 already quotes
+    repeats: list[Item[RetrievedSource]]  # message hits that fitted but said mostly what B5 already quotes
 
 
 def _fill_retrieval(state: ContextState, history_tokens: int) -> dict[str, int]:
@@ -98,7 +115,7 @@ def _list_dropped_hits(state: ContextState, shown: set[str], placed: _Placed) ->
         for i in state.candidates
         if id(i) not in in_b5
         and id(i) not in repeated
-        and i.source.get("id") not in shown
+        and i.source.id not in shown
         and not _quotes_only(i, placed.said)
     ]
     for reason, items in (("repeats", placed.repeats), ("budget", left)):
@@ -114,11 +131,15 @@ def _list_dropped_hits(state: ContextState, shown: set[str], placed: _Placed) ->
             )
 
 
-def _quotes_only(item: Item, said: set[str]) -> bool:
+def _quotes_only(item: Item[RetrievedSource], said: set[str]) -> bool:
     """A memory taken from messages the prompt shows whole (the memory agent's rules keep a statement
     verbatim): it says nothing they do not, and without their date and seq."""
-    quoted = item.source.get("source_message_ids") or []
-    return item.source.get("kind") == "archival" and bool(quoted) and set(quoted) <= said
+    source = item.source
+    return (
+        isinstance(source, ArchivalSource)
+        and bool(source.source_message_ids)
+        and set(source.source_message_ids) <= said
+    )
 
 
 def _place_retrieval(state: ContextState, shown: set[str], room: int) -> _Placed:
@@ -127,17 +148,18 @@ def _place_retrieval(state: ContextState, shown: set[str], room: int) -> _Placed
     (one placed before the message it quotes gives its room back)."""
     layout = state.layout
     placed = _Placed(added=[], said=set(shown), repeats=[])
-    quoting: list[Item] = []  # the placed memories that quote messages (only they can become redundant)
+    quoting: list[Item[RetrievedSource]] = []  # the placed memories that quote messages (only they can go)
     quoted: set[tuple[str, str, str]] = set()  # the word trigrams of the message hits placed
     for item in state.candidates:
-        kind = item.source.get("kind")
-        ids = item.source.get("ids") or [item.source.get("id")]
-        if (kind == "message" and all(i in shown for i in ids)) or _quotes_only(item, placed.said):
+        source = item.source
+        ids = source.ids if isinstance(source, TurnGroupSource) else (source.id,)
+        message = isinstance(source, MessageSource)
+        if (message and all(i in shown for i in ids)) or _quotes_only(item, placed.said):
             continue
         cost = item.tokens + (SECTION_TOKENS if not layout.retrieved else SEPARATOR_TOKENS)
         if cost > room:
             continue
-        trigrams = quoted_trigrams(item) if kind == "message" else set()
+        trigrams = quoted_trigrams(item) if message else set()
         if repeats(trigrams, quoted):
             placed.repeats.append(item)
             continue
@@ -145,10 +167,10 @@ def _place_retrieval(state: ContextState, shown: set[str], room: int) -> _Placed
         layout.retrieved.append(item)
         placed.added.append(item)
         room -= cost
-        if kind == "archival" and item.source.get("source_message_ids"):
+        if isinstance(source, ArchivalSource) and source.source_message_ids:
             quoting.append(item)
-        elif kind == "message" and "span" not in item.source:
-            placed.said.update(str(i) for i in ids)
+        elif message and not (isinstance(source, MessageHitSource) and source.span is not None):
+            placed.said.update(ids)
             for memory in [i for i in quoting if _quotes_only(i, placed.said)]:
                 quoting.remove(memory)
                 placed.added.remove(memory)
@@ -163,7 +185,7 @@ def _truncate_task_state(state: ContextState, *, history_tokens: int) -> None:
     item = state.layout.task_state
     assert item is not None
 
-    def shortened(length: int) -> Item:
+    def shortened(length: int) -> Item[TaskStateSource]:
         text = item.text[:length] + _TRUNCATION_MARKER
         return Item(text=text, tokens=count_cached(text, model=state.model), source=item.source)
 
@@ -180,7 +202,7 @@ def _truncate_task_state(state: ContextState, *, history_tokens: int) -> None:
         {
             "block": "B3",
             "reason": "budget",
-            "source": item.source,
+            "source": item.source.data(),
             "tokens": item.tokens - state.layout.task_state.tokens,
             "truncated": True,
         }

@@ -16,10 +16,17 @@ from memory.selectors import core_memory_at, core_memory_blocks_current, label_o
 from memory.services import core_memory_snapshot_get, core_memory_snapshot_read
 from memory.state import SESSION_PROFILE_KEY, state_overlay
 from prefix_cache.accounting import count_cached
+from prefix_cache.provenance import (
+    CoreMemorySource,
+    MemoryUpdateSource,
+    SessionProfileSource,
+    SummarySegmentSource,
+    TaskStateSource,
+)
 from prefix_cache.rendering import Item, canonical_json
 from retrieval.rewrite import query_rewrite
 from summaries.conf import compaction_config
-from summaries.selectors import history_start_seq, segment_prompt_text, segment_source, segments_live
+from summaries.selectors import history_start_seq, segment_prompt_text, segments_live
 from summaries.services import compaction_queued, compaction_request, history_tokens
 
 logger = logging.getLogger(__name__)
@@ -42,9 +49,14 @@ def load_summaries(state: ContextState) -> None:
     items = []
     for segment in segments:
         text = segment_prompt_text(segment)
-        items.append(
-            Item(text=text, tokens=count_cached(text, model=state.model), source=segment_source(segment))
+        source = SummarySegmentSource(
+            id=str(segment.id),
+            start_seq=segment.start_seq,
+            end_seq=segment.end_seq,
+            level=segment.level,
+            source=segment.source,
         )
+        items.append(Item(text=text, tokens=count_cached(text, model=state.model), source=source))
     state.layout.summaries = items
 
 
@@ -70,21 +82,16 @@ def load_core_memory(state: ContextState) -> None:
     items = []
     for label in sorted(folded, key=label_order):
         text = f"<{label}>\n{folded[label]}\n</{label}>"
-        source = {"kind": "core_memory", "label": label, "version": snapshot.versions[label]}
-        items.append(Item(text=text, tokens=count_cached(text, model=state.model), source=source))
+        block_source = CoreMemorySource(label=label, version=snapshot.versions[label])
+        items.append(Item(text=text, tokens=count_cached(text, model=state.model), source=block_source))
     state.layout.core_memory = items
     updates = []
     for block in current:
         if snapshot.versions.get(block.label) == block.version:
             continue
         text = f"- core memory <{block.label}> is now (v{block.version}): {block.value}"
-        source = {
-            "kind": "memory_update",
-            "target": "core_memory",
-            "label": block.label,
-            "version": block.version,
-        }
-        updates.append(Item(text=text, tokens=count_cached(text, model=state.model), source=source))
+        update = MemoryUpdateSource(label=block.label, version=block.version)
+        updates.append(Item(text=text, tokens=count_cached(text, model=state.model), source=update))
     state.layout.memory_updates = [*state.layout.memory_updates, *updates]
 
 
@@ -100,8 +107,10 @@ def load_task_state(state: ContextState) -> None:
     profile = overlay.state.get(SESSION_PROFILE_KEY)
     if task:
         text = canonical_json(task)
-        source = {"kind": "task_state", "epoch": overlay.epoch, "events": len(overlay.pending)}
-        state.layout.task_state = Item(text=text, tokens=count_cached(text, model=state.model), source=source)
+        task_source = TaskStateSource(epoch=overlay.epoch, events=len(overlay.pending))
+        state.layout.task_state = Item(
+            text=text, tokens=count_cached(text, model=state.model), source=task_source
+        )
     if profile:
         if isinstance(profile, dict):
             text = "\n".join(
@@ -110,9 +119,9 @@ def load_task_state(state: ContextState) -> None:
             )
         else:
             text = canonical_json(profile)
-        source = {"kind": "session_profile", "epoch": overlay.epoch}
+        profile_source = SessionProfileSource(epoch=overlay.epoch)
         state.layout.session_profile = Item(
-            text=text, tokens=count_cached(text, model=state.model), source=source
+            text=text, tokens=count_cached(text, model=state.model), source=profile_source
         )
 
 

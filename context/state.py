@@ -10,6 +10,7 @@ from typing import Any
 from context.budget import Budget
 from context.models import ConversationContext
 from conversations.models import Conversation, Message
+from prefix_cache.provenance import RetrievedSource
 from prefix_cache.rendering import Item, Layout, Rendered
 from providers.degradations import degradation_count
 from providers.model_table import ModelInfo
@@ -62,7 +63,7 @@ class ContextState:
     task_state: dict[str, Any] | None = None  # the overlaid task state, for query rewriting
     rewrite: Rewrite | None = None  # the rewrite stage's outcome (None: no retrieval)
     # Retrieval hits, best first: the budget stage fills B5 from them with the room the other blocks leave.
-    candidates: list[Item] = field(default_factory=list)
+    candidates: list[Item[RetrievedSource]] = field(default_factory=list)
 
     # What the call changes (rows, queued work), applied once after the stages by context/writes.py, and only
     # when the request records: a stage never writes itself.

@@ -281,7 +281,7 @@ def test_summary_segments_keep_at_most_their_share_oldest_going_first(owner, con
     assert (room(budget, question), int(room(budget, question) * SUMMARY_SHARE)) == (1000, 200)
     body = context(owner, conversation, user_message=question, token_budget=budget)
     assert body["dropped"] == [
-        {"block": "B4", "reason": "budget", "source": s.source, "tokens": 150} for s in segments[:2]
+        {"block": "B4", "reason": "budget", "source": s.source.data(), "tokens": 150} for s in segments[:2]
     ]
     assert body["system"] == section("## Conversation summary", segments[2].text)
     assert body["tokens"]["history"] == 400
@@ -508,11 +508,12 @@ def test_at_a_small_budget_retrieval_keeps_its_share_and_the_oldest_summaries_gi
     cap = int(room(budget, question) * SUMMARY_SHARE)
     assert segments[-1].tokens <= cap < 2 * segments[-1].tokens
     assert [d for d in body["dropped"] if d["block"] == "B4"] == [
-        {"block": "B4", "reason": "budget", "source": s.source, "tokens": s.tokens} for s in segments[:4]
+        {"block": "B4", "reason": "budget", "source": s.source.data(), "tokens": s.tokens}
+        for s in segments[:4]
     ]
     assert [i["id"] for i in body["blocks"]["B4"]["items"]] == [5]
     placed = [i["id"] for i in body["blocks"]["B5"]["items"]]
-    assert placed == [c.source["id"] for c in candidates[: len(placed)]]  # the best ones
+    assert placed == [c.source.id for c in candidates[: len(placed)]]  # the best ones
     [left] = [d for d in body["dropped"] if d["block"] == "B5"]
     assert left == {
         "block": "B5",
@@ -573,7 +574,7 @@ def test_a_long_reply_in_the_newest_exchange_is_shortened_and_retrieval_keeps_it
     # question (the whole reply stays retrievable).
     assert b5_tokens(body) >= int(room(budget, question) * RETRIEVAL_SHARE)
     b5 = body["blocks"]["B5"]["items"]
-    assert {i["id"] for i in b5} >= {c.source["id"] for c in candidates}
+    assert {i["id"] for i in b5} >= {c.source.id for c in candidates}
     assert str(reply.id) in {i["id"] for i in b5}
     assert "health check FAILED on ledger-api" in body["messages"][-1]["content"]
 

@@ -46,7 +46,7 @@ def all_blocks(monkeypatch, *, retrieved=None):
         ],
         task_state=item('{"step": "tag", "version": "2.4.0"}', kind="task_state", epoch=3),
         session_profile=item("Locale: de-DE; timezone Europe/Berlin.", kind="session_profile"),
-        memory_updates=[item("Alice now prefers email.", kind="memory_update", op="core_memory_update")],
+        memory_updates=[item("Alice now prefers email.", kind="memory_update")],
     )
 
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from prefix_cache.provenance import AgentProfileSource, SummarySegmentSource, TaskStateSource
 from prefix_cache.rendering import FORMATS, HistoryMessage, Item, Layout, canonical_json, render
 
 
@@ -17,8 +18,8 @@ def history_message(seq, role, content="", parts=None, **flags):
 
 def layout():
     return Layout(
-        agent=Item("You are Tester.", 4, {"kind": "agent_profile"}),
-        summaries=[Item("Earlier: set up CI.", 6, {"kind": "summary", "id": 1})],
+        agent=Item("You are Tester.", 4, AgentProfileSource(id="p1", version=1)),
+        summaries=[Item("Earlier: set up CI.", 6, SummarySegmentSource("s1", 1, 4, 0, "llm"))],
         history=[
             history_message(1, "user", "Look", [{"type": "text", "text": "Look"}]),
             history_message(2, "system", "Operator note: be terse."),
@@ -48,7 +49,7 @@ def layout():
                 [{"type": "tool_result", "tool_call_id": "zz", "name": "lookup", "content": "x"}],
             ),
         ],
-        task_state=Item('{"step": 1}', 5, {"kind": "task_state"}),
+        task_state=Item('{"step": 1}', 5, TaskStateSource(epoch=1, events=0)),
         user_message="next?",
     )
 
