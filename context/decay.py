@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from context.budget import SEPARATOR_TOKENS
+from context.dropped import DecayedAttachment, Dropped, DroppedCount
 from context.history import window_keep_from
 from conversations.parts import iter_image_parts
 from knowledge.attachments import (
@@ -152,7 +153,7 @@ def _entries(state: ContextState, *, content_tokens: int, shown: set[str]) -> li
         entries.append(Entry(attachment.priority, attachment.order, attachment.texts, source, start))
     if found.not_considered:
         state.dropped.append(
-            {"block": "attachments", "reason": "limit", "items": found.not_considered, "tokens": 0}
+            DroppedCount(block="attachments", reason="limit", tokens=0, items=found.not_considered)
         )
     _describe_images(state, [a for a in stored if a.kind == "image"])
     return entries
@@ -233,7 +234,7 @@ def _victim(entries: list[Entry]) -> Entry | None:
     return min(movable, key=lambda e: (-PRIORITIES.index(e.priority), e.order))
 
 
-def _fit(entries: list[Entry], *, allowance: int, model: str, dropped: list[dict[str, Any]]) -> None:
+def _fit(entries: list[Entry], *, allowance: int, model: str, dropped: list[Dropped]) -> None:
     before = {id(e): _tokens(e, model) for e in entries}
     total = _total(entries, model)
     while total > allowance:
@@ -250,15 +251,15 @@ def _fit(entries: list[Entry], *, allowance: int, model: str, dropped: list[dict
             continue
         after = _tokens(entry, model) if entry.level is not None else 0
         dropped.append(
-            {
-                "block": "attachments",
-                "reason": "decay",
-                **entry.source.identity(),
-                "from": entry.start,
-                "to": entry.level or "dropped",
-                "shortened": entry.cut,
-                "tokens": before[id(entry)] - after,
-            }
+            DecayedAttachment(
+                block="attachments",
+                reason="decay",
+                tokens=before[id(entry)] - after,
+                source=entry.source,
+                from_level=entry.start,
+                to_level=entry.level or "dropped",
+                shortened=entry.cut,
+            )
         )
 
 

@@ -11,6 +11,7 @@ from django.db.models import Count, Min, Sum, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
+from context.dropped import HistoryCut, ShortenedMessage
 from context.images import attach_images
 from context.lines import SPOKEN_ROLES, turn_text
 from context.models import ConversationContext
@@ -201,14 +202,9 @@ def _cut_history(state: ContextState, cut: list[HistoryMessage], *, kept_tokens:
     new_start = cut[-1].seq if cut else state.history_unread_to
     assert new_start is not None  # from_seq is set by a cut or by unread messages up to history_unread_to
     state.dropped.append(
-        {
-            "block": "B6",
-            "reason": "budget",
-            "from_seq": from_seq,
-            "to_seq": new_start,
-            "messages": messages,
-            "tokens": tokens,
-        }
+        HistoryCut(
+            block="B6", reason="budget", tokens=tokens, from_seq=from_seq, to_seq=new_start, messages=messages
+        )
     )
     state.writes.append(functools.partial(_window_start_move, state.conversation.pk, new_start))
     state.context.window_start_seq = new_start
@@ -233,7 +229,7 @@ def _shorten_newest(state: ContextState, allowance: int) -> int:
         tokens = count_message(role=message.role, content=content, model=state.model)
         shortened.append(dataclasses.replace(message, content=content, parts=[], token_count=tokens))
         state.dropped.append(
-            {"block": "B6", "reason": "shortened", "seq": message.seq, "id": message.id, "tokens": cut}
+            ShortenedMessage(block="B6", reason="shortened", tokens=cut, seq=message.seq, id=message.id)
         )
     layout.history = shortened
     return sum(m.token_count for m in shortened)

@@ -6,6 +6,7 @@ import dataclasses
 
 from context import sources
 from context.budget import SECTION_TOKENS, SEPARATOR_TOKENS, system_message_tokens
+from context.dropped import DroppedCount, DroppedItem, ShortenedMessage
 from context.history import history_fit
 from context.retrieved import quoted_trigrams, repeats
 from context.state import ContextState
@@ -67,9 +68,7 @@ def _said_order(item: Item[RetrievedSource]) -> tuple[bool, int]:
 
 
 def _drop(state: ContextState, block: str, item: Item[ItemSource], reason: str = "budget") -> None:
-    state.dropped.append(
-        {"block": block, "reason": reason, "source": item.source.data(), "tokens": item.tokens}
-    )
+    state.dropped.append(DroppedItem(block=block, reason=reason, tokens=item.tokens, source=item.source))
 
 
 def _cap_summaries(state: ContextState, cap: int) -> None:
@@ -93,7 +92,8 @@ def _fill_retrieval(state: ContextState, history_tokens: int) -> dict[str, int]:
     layout = state.layout
     totals = exact_total(state, history_tokens)
     room = min(state.budget - totals["total"], state.shares.retrieval_cap)
-    dropped = {d.get("id") for d in state.dropped}  # a set: B6 is hundreds of messages at large budgets
+    # A set: B6 is hundreds of messages at large budgets.
+    dropped = {d.id for d in state.dropped if isinstance(d, ShortenedMessage)}
     shown = {m.id for m in layout.history if m.id not in dropped}
     placed = _place_retrieval(state, shown, room)
     totals = exact_total(state, history_tokens)
@@ -121,13 +121,13 @@ def _list_dropped_hits(state: ContextState, shown: set[str], placed: _Placed) ->
     for reason, items in (("repeats", placed.repeats), ("budget", left)):
         if items:
             state.dropped.append(
-                {
-                    "block": "B5",
-                    "reason": reason,
-                    "items": len(items),
-                    "tokens": sum(i.tokens for i in items),
-                    "best_score": max(i.score for i in items),
-                }
+                DroppedCount(
+                    block="B5",
+                    reason=reason,
+                    tokens=sum(i.tokens for i in items),
+                    items=len(items),
+                    best_score=max(i.score for i in items),
+                )
             )
 
 
@@ -199,13 +199,13 @@ def _truncate_task_state(state: ContextState, *, history_tokens: int) -> None:
             high = middle - 1
     state.layout.task_state = shortened(low)
     state.dropped.append(
-        {
-            "block": "B3",
-            "reason": "budget",
-            "source": item.source.data(),
-            "tokens": item.tokens - state.layout.task_state.tokens,
-            "truncated": True,
-        }
+        DroppedItem(
+            block="B3",
+            reason="budget",
+            tokens=item.tokens - state.layout.task_state.tokens,
+            source=item.source,
+            truncated=True,
+        )
     )
 
 

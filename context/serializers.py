@@ -60,6 +60,13 @@ class ContextBlocksField(serializers.DictField):
         return super().to_representation(context_blocks(value))
 
 
+class DroppedField(serializers.ListField):
+    """The drops, each as its type serialises it (context/dropped.py)."""
+
+    def to_representation(self, data: Any) -> list[Any]:  # the state's list of Dropped
+        return super().to_representation([d.data() for d in data])
+
+
 # The context body, rendered from a ContextState after context_assemble; the field order is the body's key
 # order. (A comment, not a docstring: the schema would publish a docstring as the body's description.)
 class ContextOutputSerializer(serializers.Serializer):
@@ -84,7 +91,7 @@ class ContextOutputSerializer(serializers.Serializer):
         help_text="By block: B1, B2a, B4, B6, B5, B3, B2b, memory_updates, attachments, user (only those "
         "present).",
     )
-    dropped = serializers.ListField(
+    dropped = DroppedField(
         child=serializers.DictField(), help_text="What the budget left out: `block`, `reason`, `tokens`…"
     )
     prefix = ContextPrefixSerializer()

@@ -171,7 +171,7 @@ def compaction_schedule(state: ContextState, *, history_budget: int, summary_bud
         state.history_start <= state.boundary_seq
         and state.history_unread_to is None
         and state.history_until is None
-        and not any(d["block"] == "B6" for d in state.dropped)
+        and not any(d.block == "B6" for d in state.dropped)
     )
     if loaded_all:
         history = sum(m.token_count for m in state.layout.history)

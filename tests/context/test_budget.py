@@ -139,7 +139,11 @@ def test_the_history_the_prompt_shows_does_not_depend_on_the_question(owner, con
     def dry_run():  # the inspector's dry run: nothing is remembered, each run cuts from the same state
         request = ContextRequest(user_message=question, token_budget=budget, record=False)
         state = context_assemble(conversation=conversation, request=request)
-        return [m.seq for m in state.layout.history], [d for d in state.dropped if d["block"] == "B6"], state
+        return (
+            [m.seq for m in state.layout.history],
+            [d.data() for d in state.dropped if d.block == "B6"],
+            state,
+        )
 
     without_hits = dry_run()
     install_blocks(
