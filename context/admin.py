@@ -32,7 +32,7 @@ class InspectorForm(forms.Form):
 
     def __init__(self, *args: Any, conversations: Any, grouped: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        field = cast(forms.ModelChoiceField, self.fields["conversation"])
+        field = cast("forms.ModelChoiceField[Any]", self.fields["conversation"])
         field.queryset = conversations
         # Told apart by end user, short id, created and message count; under their tenant's name when the
         # user sees several tenants. The queryset still decides what is accepted.

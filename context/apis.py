@@ -124,7 +124,7 @@ class ContextApi(APIView):
         context_call_note(
             tenant_id=conversation.tenant_id,
             milliseconds=(time.perf_counter() - started) * 1000,
-            degradation_codes=[d["code"] for d in state.degradations],
+            degradation_codes=[d.code for d in state.degradations],
         )
         return Response(payload)
 

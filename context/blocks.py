@@ -1,11 +1,13 @@
 """The blocks of the context call's response: each block the prompt carries with its tokens, the hash of its
 rendered text and the provenance of its items (context/serializers.py renders the rest of the body)."""
 
+from collections.abc import Sequence
 from typing import Any
 
 from context.state import ContextState
 from prefix_cache.accounting import count_cached
-from prefix_cache.rendering import canonical_json, sha256, system_sections, user_sections
+from prefix_cache.provenance import ItemSource
+from prefix_cache.rendering import Item, canonical_json, sha256, system_sections, user_sections
 
 
 def _block(
@@ -30,47 +32,41 @@ def context_blocks(state: ContextState) -> dict[str, Any]:
 def _system_blocks(state: ContextState) -> dict[str, Any]:
     layout, blocks = state.layout, {}
     b1_text, b2a_text, b4_text = system_sections(layout)
-    if layout.b1:
-        blocks["B1"] = _block(b1_text, model=state.model, items=[layout.b1.source])
-    if layout.b2a:
-        blocks["B2a"] = _block(
-            b2a_text, model=state.model, items=[{**i.source, "tokens": i.tokens} for i in layout.b2a]
-        )
-    if layout.b4:
-        blocks["B4"] = _block(
-            b4_text, model=state.model, items=[{**i.source, "tokens": i.tokens} for i in layout.b4]
-        )
+    if layout.agent:
+        blocks["B1"] = _block(b1_text, model=state.model, items=[layout.agent.source.data()])
+    if layout.core_memory:
+        blocks["B2a"] = _block(b2a_text, model=state.model, items=[i.data() for i in layout.core_memory])
+    if layout.summaries:
+        blocks["B4"] = _block(b4_text, model=state.model, items=[i.data() for i in layout.summaries])
     return blocks
 
 
 def _history_block(state: ContextState) -> dict[str, Any]:
     """B6 with its seq range; its text is the history's JSON the hint stage serialised for the hashes."""
     assert state.rendered is not None
-    b6 = state.layout.b6
-    if not b6:
+    messages = state.layout.history
+    if not messages:
         return {}
     block = _block(
         state.history_json or canonical_json(state.rendered.history),
         model=state.model,
-        items=[{"kind": "message", "id": m.id, "seq": m.seq, "tokens": m.token_count} for m in b6],
+        items=[{"kind": "message", "id": m.id, "seq": m.seq, "tokens": m.token_count} for m in messages],
         tokens=state.tokens["history"],
     )
-    return {"B6": {**block, "from_seq": b6[0].seq, "to_seq": b6[-1].seq}}
+    return {"B6": {**block, "from_seq": messages[0].seq, "to_seq": messages[-1].seq}}
 
 
 def _request_blocks(state: ContextState) -> dict[str, Any]:
     layout, blocks = state.layout, {}
-    per_request = {
-        "B5": layout.b5,
-        "B3": [layout.b3] if layout.b3 else [],
-        "B2b": [layout.b2b] if layout.b2b else [],
+    per_request: dict[str, Sequence[Item[ItemSource]]] = {
+        "B5": layout.retrieved,
+        "B3": [layout.task_state] if layout.task_state else [],
+        "B2b": [layout.session_profile] if layout.session_profile else [],
         "memory_updates": layout.memory_updates,
         "attachments": layout.attachments,
     }
     sections = user_sections(layout)
     for key, items in per_request.items():
         if items:
-            blocks[key] = _block(
-                sections[key], model=state.model, items=[{**i.source, "tokens": i.tokens} for i in items]
-            )
+            blocks[key] = _block(sections[key], model=state.model, items=[i.data() for i in items])
     return blocks

@@ -65,9 +65,9 @@ class Budget:
         """Tokens the attachments may take: what the room leaves after the history (at most its allowance),
         the summaries (at most their cap), the task state and the session profile; half of it when retrieval
         has hits for the question, which the budget stage places after."""
-        history = min(sum(m.token_count for m in layout.b6), self.history_allowance)
-        summaries = min(sum(i.tokens for i in layout.b4), self.summary_cap)
-        per_request = sum(i.tokens for i in (layout.b3, layout.b2b) if i is not None)
+        history = min(sum(m.token_count for m in layout.history), self.history_allowance)
+        summaries = min(sum(i.tokens for i in layout.summaries), self.summary_cap)
+        per_request = sum(i.tokens for i in (layout.task_state, layout.session_profile) if i is not None)
         free = max(0, self.room - history - summaries - per_request - SECTION_TOKENS)
         return int(free * ATTACHMENT_SHARE) if has_hits else free
 
@@ -85,8 +85,8 @@ def budget_shares(layout: Layout, *, total: int, model: str) -> Budget:
     cap = retrieval_cap(total)
     # B6 gets what retrieval's reserved share (never more than it may take), the capped summaries and the
     # task state leave.
-    summaries = min(sum(i.tokens for i in layout.b4), summary_cap)
-    per_request = sum(i.tokens for i in (layout.b3, layout.b2b) if i is not None)
+    summaries = min(sum(i.tokens for i in layout.summaries), summary_cap)
+    per_request = sum(i.tokens for i in (layout.task_state, layout.session_profile) if i is not None)
     reserve = min(int(room * RETRIEVAL_SHARE), cap)
     allowance = max(0, room - reserve - summaries - per_request)
     return Budget(

@@ -7,11 +7,13 @@ that was shortened is listed in `dropped`; images described offline are reported
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from context.budget import SEPARATOR_TOKENS
+from context.dropped import DecayedAttachment, Dropped, DroppedCount
 from context.history import window_keep_from
 from conversations.parts import iter_image_parts
 from knowledge.attachments import (
@@ -25,6 +27,12 @@ from knowledge.attachments import (
 from knowledge.tasks import image_descriptions_request
 from knowledge.vision import vision_status
 from prefix_cache.accounting import count_cached
+from prefix_cache.provenance import (
+    AttachmentSource,
+    ImageDescriptionSource,
+    ItemSource,
+    StoredAttachmentSource,
+)
 from prefix_cache.rendering import Item
 from providers.tokens import truncate_text
 
@@ -43,7 +51,7 @@ class Entry:
     priority: str
     order: tuple[Any, ...]
     texts: dict[str, str]
-    source: dict[str, Any]
+    source: AttachmentSource
     start: str
     level: str | None = None  # None: dropped
     cut: bool = False
@@ -73,13 +81,25 @@ def attachments_decay(state: ContextState) -> None:
     _fit(entries, allowance=allowance, model=state.model, dropped=state.dropped)
     kept = sorted((e for e in entries if e.level is not None), key=lambda e: e.order)
     # A retrieved image (knowledge.retrieval) the prompt already shows, or describes here, is not repeated.
-    described = {e.source["id"] for e in kept if e.level in ("content", "description") and "id" in e.source}
-    state.candidates = [c for c in state.candidates if c.source.get("image", "") not in shown | described]
+    described = {
+        e.source.id
+        for e in kept
+        if e.level in ("content", "description") and isinstance(e.source, StoredAttachmentSource)
+    }
+    state.candidates = [c for c in state.candidates if not _shown_already(c.source, shown | described)]
     state.layout.attachments = [
-        Item(text=e.texts[e.level], tokens=_tokens(e, state.model), source={**e.source, "level": e.level})
+        Item(
+            text=e.texts[e.level],
+            tokens=_tokens(e, state.model),
+            source=dataclasses.replace(e.source, level=e.level),
+        )
         for e in kept
         if e.level is not None
     ]
+
+
+def _shown_already(source: ItemSource, images: set[str]) -> bool:
+    return isinstance(source, ImageDescriptionSource) and source.image in images
 
 
 # --- the entries ------------------------------------------------------------------------------------------
@@ -94,8 +114,7 @@ def _request_entry(index: int, attachment: dict[str, Any]) -> Entry:
     if attachment.get("content"):
         texts["content"] = "\n".join([*head, attachment["content"]])
     start = "content" if "content" in texts else "description"
-    source = {"kind": "attachment", "name": name, "priority": "P0"}
-    return Entry("P0", (0, -1.0, index), texts, source, start)
+    return Entry("P0", (0, -1.0, index), texts, AttachmentSource(name=name, priority="P0"), start)
 
 
 def _entries(state: ContextState, *, content_tokens: int, shown: set[str]) -> list[Entry]:
@@ -120,23 +139,21 @@ def _entries(state: ContextState, *, content_tokens: int, shown: set[str]) -> li
     matched = {a.name.lower() for a in stored if a.name.lower() in bare}
     entries = [_request_entry(i, a) for i, a in enumerate(sent) if a["name"].lower() not in matched]
     for attachment in stored:
-        source = {
-            "kind": "attachment",
-            "name": attachment.name,
-            "priority": attachment.priority,
-            "attachment": attachment.kind,
-            "id": attachment.id,
-            "reason": attachment.reason,
-        }
-        if attachment.kind == "image":
-            source["described"] = attachment.described
+        source = StoredAttachmentSource(
+            name=attachment.name,
+            priority=attachment.priority,
+            attachment=attachment.kind,
+            id=attachment.id,
+            reason=attachment.reason,
+            described=attachment.described if attachment.kind == "image" else None,
+        )
         start = START_LEVEL[attachment.priority]
         if start not in attachment.texts:  # a P0 document not yet readable: its description
             start = next(level for level in LEVELS if level in attachment.texts)
         entries.append(Entry(attachment.priority, attachment.order, attachment.texts, source, start))
     if found.not_considered:
         state.dropped.append(
-            {"block": "attachments", "reason": "limit", "items": found.not_considered, "tokens": 0}
+            DroppedCount(block="attachments", reason="limit", tokens=0, items=found.not_considered)
         )
     _describe_images(state, [a for a in stored if a.kind == "image"])
     return entries
@@ -146,7 +163,7 @@ def _shown_image_ids(state: ContextState) -> set[str]:
     """Images whose pixels the history will show (not duplicates, not compacted to a placeholder), in the
     messages the budget stage will keep: all of B6 when it fits its allowance, else (as the window cut does)
     the newest exchange and what fits the share of the allowance a cut keeps."""
-    messages = state.layout.b6
+    messages = state.layout.history
     if sum(m.token_count for m in messages) > state.shares.history_allowance:
         keep_from, _ = window_keep_from(
             messages, target=state.shares.window_target, protected_from_seq=state.protected_from_seq
@@ -217,7 +234,7 @@ def _victim(entries: list[Entry]) -> Entry | None:
     return min(movable, key=lambda e: (-PRIORITIES.index(e.priority), e.order))
 
 
-def _fit(entries: list[Entry], *, allowance: int, model: str, dropped: list[dict[str, Any]]) -> None:
+def _fit(entries: list[Entry], *, allowance: int, model: str, dropped: list[Dropped]) -> None:
     before = {id(e): _tokens(e, model) for e in entries}
     total = _total(entries, model)
     while total > allowance:
@@ -234,15 +251,15 @@ def _fit(entries: list[Entry], *, allowance: int, model: str, dropped: list[dict
             continue
         after = _tokens(entry, model) if entry.level is not None else 0
         dropped.append(
-            {
-                "block": "attachments",
-                "reason": "decay",
-                **{k: entry.source[k] for k in ("name", "priority", "attachment", "id") if k in entry.source},
-                "from": entry.start,
-                "to": entry.level or "dropped",
-                "shortened": entry.cut,
-                "tokens": before[id(entry)] - after,
-            }
+            DecayedAttachment(
+                block="attachments",
+                reason="decay",
+                tokens=before[id(entry)] - after,
+                source=entry.source,
+                from_level=entry.start,
+                to_level=entry.level or "dropped",
+                shortened=entry.cut,
+            )
         )
 
 

@@ -11,6 +11,7 @@ from django.db.models import Count, Min, Sum, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
+from context.dropped import HistoryCut, ShortenedMessage
 from context.images import attach_images
 from context.lines import SPOKEN_ROLES, turn_text
 from context.models import ConversationContext
@@ -53,7 +54,7 @@ def history_load(state: ContextState, *, until_seq: int | None) -> None:
     state.protected_from_seq = (
         user_seqs[-PROTECTED_EXCHANGES] if len(user_seqs) >= PROTECTED_EXCHANGES else rows[0][1]
     )
-    state.layout.b6 = _history_messages(state, rows)
+    state.layout.history = _history_messages(state, rows)
     attach_images(state)  # image bytes, read only for the images the prompt shows as pixels
 
 
@@ -140,25 +141,25 @@ def history_fit(state: ContextState) -> int:
     shortened instead when it alone is over."""
     layout = state.layout
     allowance = state.shares.history_allowance
-    history_tokens = sum(m.token_count for m in layout.b6)
+    history_tokens = sum(m.token_count for m in layout.history)
     if history_tokens <= allowance:
         if state.history_unread_to is not None:
             _cut_history(state, [], kept_tokens=history_tokens)
         return history_tokens
     keep_from, kept = window_keep_from(
-        layout.b6, target=state.shares.window_target, protected_from_seq=state.protected_from_seq
+        layout.history, target=state.shares.window_target, protected_from_seq=state.protected_from_seq
     )
     # The window starts on a user message: never with a tool result whose call was cut (providers refuse
     # that) or with an answer whose question was cut.
     while (
-        keep_from < len(layout.b6)
-        and layout.b6[keep_from].role != Message.Role.USER
-        and layout.b6[keep_from].seq < state.protected_from_seq
+        keep_from < len(layout.history)
+        and layout.history[keep_from].role != Message.Role.USER
+        and layout.history[keep_from].seq < state.protected_from_seq
     ):
-        kept -= layout.b6[keep_from].token_count
+        kept -= layout.history[keep_from].token_count
         keep_from += 1
-    _cut_history(state, layout.b6[:keep_from], kept_tokens=kept)
-    layout.b6 = layout.b6[keep_from:]
+    _cut_history(state, layout.history[:keep_from], kept_tokens=kept)
+    layout.history = layout.history[keep_from:]
     if kept > allowance:
         kept = _shorten_newest(state, allowance)
     return kept
@@ -201,14 +202,9 @@ def _cut_history(state: ContextState, cut: list[HistoryMessage], *, kept_tokens:
     new_start = cut[-1].seq if cut else state.history_unread_to
     assert new_start is not None  # from_seq is set by a cut or by unread messages up to history_unread_to
     state.dropped.append(
-        {
-            "block": "B6",
-            "reason": "budget",
-            "from_seq": from_seq,
-            "to_seq": new_start,
-            "messages": messages,
-            "tokens": tokens,
-        }
+        HistoryCut(
+            block="B6", reason="budget", tokens=tokens, from_seq=from_seq, to_seq=new_start, messages=messages
+        )
     )
     state.writes.append(functools.partial(_window_start_move, state.conversation.pk, new_start))
     state.context.window_start_seq = new_start
@@ -220,9 +216,9 @@ def _shorten_newest(state: ContextState, allowance: int) -> int:
     longer than an even share keeps its head, marked as cut (the whole message stays retrievable, and its
     part that matches the question can come back through B5)."""
     layout = state.layout
-    share = max(MIN_CUT_TOKENS, allowance // max(1, len(layout.b6)))
+    share = max(MIN_CUT_TOKENS, allowance // max(1, len(layout.history)))
     shortened = []
-    for message in layout.b6:
+    for message in layout.history:
         text_only = all(p.get("type") == "text" for p in message.parts)
         if message.token_count <= share or not text_only:
             shortened.append(message)
@@ -233,9 +229,9 @@ def _shorten_newest(state: ContextState, allowance: int) -> int:
         tokens = count_message(role=message.role, content=content, model=state.model)
         shortened.append(dataclasses.replace(message, content=content, parts=[], token_count=tokens))
         state.dropped.append(
-            {"block": "B6", "reason": "shortened", "seq": message.seq, "id": message.id, "tokens": cut}
+            ShortenedMessage(block="B6", reason="shortened", tokens=cut, seq=message.seq, id=message.id)
         )
-    layout.b6 = shortened
+    layout.history = shortened
     return sum(m.token_count for m in shortened)
 
 

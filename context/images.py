@@ -69,7 +69,7 @@ class ImageLoader(Mapping[str, tuple[str, str]]):
 def attach_images(state: ContextState) -> None:
     """Give the history messages that carry images the loader for their bytes (called at the end of the
     pipeline's history load)."""
-    with_images = [m for m in state.layout.b6 if any(True for _ in iter_image_parts(m.parts))]
+    with_images = [m for m in state.layout.history if any(True for _ in iter_image_parts(m.parts))]
     if not with_images:
         return
     ids = {p["image_id"] for m in with_images for p in iter_image_parts(m.parts) if "image_id" in p}
@@ -79,6 +79,6 @@ def attach_images(state: ContextState) -> None:
 
     loader = ImageLoader(tenant_id=state.conversation.tenant_id, image_ids=ids, on_missing=on_missing)
     carriers = {id(m) for m in with_images}
-    state.layout.b6 = [
-        dataclasses.replace(m, images=loader) if id(m) in carriers else m for m in state.layout.b6
+    state.layout.history = [
+        dataclasses.replace(m, images=loader) if id(m) in carriers else m for m in state.layout.history
     ]

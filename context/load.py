@@ -11,6 +11,7 @@ from context.models import AgentProfile, ConversationContext
 from context.state import ContextRequest, ContextState
 from conversations.models import Conversation, Message
 from prefix_cache.accounting import count_cached
+from prefix_cache.provenance import AgentProfileSource
 from prefix_cache.rendering import Item
 from providers.embeddings import embed_query_ahead
 from providers.model_table import is_known_model, model_info
@@ -101,10 +102,10 @@ def question_and_blocks_load(state: ContextState) -> None:
     profile = _agent_profile(state)
     if profile is not None:
         text = profile.render()
-        state.layout.b1 = Item(
+        state.layout.agent = Item(
             text=text,
             tokens=count_cached(text, model=state.model),
-            source={"kind": "agent_profile", "id": str(profile.id), "version": profile.version},
+            source=AgentProfileSource(id=str(profile.id), version=profile.version),
         )
     # Read once: summaries, core memory, B6 and the compaction check all start from it.
     state.boundary_seq = sources.boundary_seq(state.conversation)

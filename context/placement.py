@@ -6,10 +6,20 @@ import dataclasses
 
 from context import sources
 from context.budget import SECTION_TOKENS, SEPARATOR_TOKENS, system_message_tokens
+from context.dropped import DroppedCount, DroppedItem, ShortenedMessage
 from context.history import history_fit
 from context.retrieved import quoted_trigrams, repeats
 from context.state import ContextState
 from prefix_cache.accounting import count_cached
+from prefix_cache.provenance import (
+    ArchivalSource,
+    ItemSource,
+    MessageHitSource,
+    MessageSource,
+    RetrievedSource,
+    TaskStateSource,
+    TurnGroupSource,
+)
 from prefix_cache.rendering import Item, current_user_text, system_text
 from providers.tokens import REPLY_PRIMING_TOKENS, count_message
 
@@ -29,14 +39,14 @@ def budget_fit(state: ContextState) -> None:
         state, history_budget=shares.compaction_history, summary_budget=shares.compaction_summaries
     )
     totals = _fill_retrieval(state, history_tokens)
-    while totals["total"] > state.budget and layout.b4:
-        _drop(state, "B4", layout.b4.pop(0))
+    while totals["total"] > state.budget and layout.summaries:
+        _drop(state, "B4", layout.summaries.pop(0))
         totals = exact_total(state, history_tokens)
-    if totals["total"] > state.budget and layout.b2b:
-        item, layout.b2b = layout.b2b, None
+    if totals["total"] > state.budget and layout.session_profile:
+        item, layout.session_profile = layout.session_profile, None
         _drop(state, "B2b", item)
         totals = exact_total(state, history_tokens)
-    if totals["total"] > state.budget and layout.b3:
+    if totals["total"] > state.budget and layout.task_state:
         _truncate_task_state(state, history_tokens=history_tokens)
         totals = exact_total(state, history_tokens)
     if totals["total"] > state.budget:
@@ -47,26 +57,32 @@ def budget_fit(state: ContextState) -> None:
             f"the budget is {state.budget}.",
         )
     # Retrieved messages in the order they were said, after the memories.
-    layout.b5.sort(key=lambda i: (i.source.get("kind") != "archival", i.source.get("seq", 0)))
+    layout.retrieved.sort(key=_said_order)
     state.tokens = totals
 
 
-def _drop(state: ContextState, block: str, item: Item, reason: str = "budget") -> None:
-    state.dropped.append({"block": block, "reason": reason, "source": item.source, "tokens": item.tokens})
+def _said_order(item: Item[RetrievedSource]) -> tuple[bool, int]:
+    """Memories first, then what was said in the order it was said (other sources as seq 0)."""
+    source = item.source
+    return not isinstance(source, ArchivalSource), source.seq if isinstance(source, MessageSource) else 0
+
+
+def _drop(state: ContextState, block: str, item: Item[ItemSource], reason: str = "budget") -> None:
+    state.dropped.append(DroppedItem(block=block, reason=reason, tokens=item.tokens, source=item.source))
 
 
 def _cap_summaries(state: ContextState, cap: int) -> None:
     """The oldest segments give way while B4 is over its share (a background roll-up makes them fit again)."""
     layout = state.layout
-    while layout.b4 and sum(i.tokens for i in layout.b4) > cap:
-        _drop(state, "B4", layout.b4.pop(0))
+    while layout.summaries and sum(i.tokens for i in layout.summaries) > cap:
+        _drop(state, "B4", layout.summaries.pop(0))
 
 
 @dataclasses.dataclass
 class _Placed:
-    added: list[Item]  # what B5 took, in order
+    added: list[Item[RetrievedSource]]  # what B5 took, in order
     said: set[str]  # the ids of the messages the prompt shows whole
-    repeats: list[Item]  # message hits that fitted but said mostly what B5 already quotes
+    repeats: list[Item[RetrievedSource]]  # message hits that fitted but said mostly what B5 already quotes
 
 
 def _fill_retrieval(state: ContextState, history_tokens: int) -> dict[str, int]:
@@ -76,14 +92,15 @@ def _fill_retrieval(state: ContextState, history_tokens: int) -> dict[str, int]:
     layout = state.layout
     totals = exact_total(state, history_tokens)
     room = min(state.budget - totals["total"], state.shares.retrieval_cap)
-    dropped = {d.get("id") for d in state.dropped}  # a set: B6 is hundreds of messages at large budgets
-    shown = {m.id for m in layout.b6 if m.id not in dropped}
+    # A set: B6 is hundreds of messages at large budgets.
+    dropped = {d.id for d in state.dropped if isinstance(d, ShortenedMessage)}
+    shown = {m.id for m in layout.history if m.id not in dropped}
     placed = _place_retrieval(state, shown, room)
     totals = exact_total(state, history_tokens)
     while placed.added and totals["total"] > state.budget:
         weakest = min(placed.added, key=lambda i: i.score)
         placed.added.remove(weakest)
-        layout.b5.remove(weakest)
+        layout.retrieved.remove(weakest)
         totals = exact_total(state, history_tokens)
     _list_dropped_hits(state, shown, placed)
     return totals
@@ -91,34 +108,38 @@ def _fill_retrieval(state: ContextState, history_tokens: int) -> dict[str, int]:
 
 def _list_dropped_hits(state: ContextState, shown: set[str], placed: _Placed) -> None:
     """One `dropped` entry for the hits that repeated what B5 quotes, one for those that did not fit."""
-    in_b5 = {id(i) for i in state.layout.b5}
+    in_b5 = {id(i) for i in state.layout.retrieved}
     repeated = {id(i) for i in placed.repeats}
     left = [
         i
         for i in state.candidates
         if id(i) not in in_b5
         and id(i) not in repeated
-        and i.source.get("id") not in shown
+        and i.source.id not in shown
         and not _quotes_only(i, placed.said)
     ]
     for reason, items in (("repeats", placed.repeats), ("budget", left)):
         if items:
             state.dropped.append(
-                {
-                    "block": "B5",
-                    "reason": reason,
-                    "items": len(items),
-                    "tokens": sum(i.tokens for i in items),
-                    "best_score": max(i.score for i in items),
-                }
+                DroppedCount(
+                    block="B5",
+                    reason=reason,
+                    tokens=sum(i.tokens for i in items),
+                    items=len(items),
+                    best_score=max(i.score for i in items),
+                )
             )
 
 
-def _quotes_only(item: Item, said: set[str]) -> bool:
+def _quotes_only(item: Item[RetrievedSource], said: set[str]) -> bool:
     """A memory taken from messages the prompt shows whole (the memory agent's rules keep a statement
     verbatim): it says nothing they do not, and without their date and seq."""
-    quoted = item.source.get("source_message_ids") or []
-    return item.source.get("kind") == "archival" and bool(quoted) and set(quoted) <= said
+    source = item.source
+    return (
+        isinstance(source, ArchivalSource)
+        and bool(source.source_message_ids)
+        and set(source.source_message_ids) <= said
+    )
 
 
 def _place_retrieval(state: ContextState, shown: set[str], room: int) -> _Placed:
@@ -127,32 +148,33 @@ def _place_retrieval(state: ContextState, shown: set[str], room: int) -> _Placed
     (one placed before the message it quotes gives its room back)."""
     layout = state.layout
     placed = _Placed(added=[], said=set(shown), repeats=[])
-    quoting: list[Item] = []  # the placed memories that quote messages (only they can become redundant)
+    quoting: list[Item[RetrievedSource]] = []  # the placed memories that quote messages (only they can go)
     quoted: set[tuple[str, str, str]] = set()  # the word trigrams of the message hits placed
     for item in state.candidates:
-        kind = item.source.get("kind")
-        ids = item.source.get("ids") or [item.source.get("id")]
-        if (kind == "message" and all(i in shown for i in ids)) or _quotes_only(item, placed.said):
+        source = item.source
+        ids = source.ids if isinstance(source, TurnGroupSource) else (source.id,)
+        message = isinstance(source, MessageSource)
+        if (message and all(i in shown for i in ids)) or _quotes_only(item, placed.said):
             continue
-        cost = item.tokens + (SECTION_TOKENS if not layout.b5 else SEPARATOR_TOKENS)
+        cost = item.tokens + (SECTION_TOKENS if not layout.retrieved else SEPARATOR_TOKENS)
         if cost > room:
             continue
-        trigrams = quoted_trigrams(item) if kind == "message" else set()
+        trigrams = quoted_trigrams(item) if message else set()
         if repeats(trigrams, quoted):
             placed.repeats.append(item)
             continue
         quoted |= trigrams
-        layout.b5.append(item)
+        layout.retrieved.append(item)
         placed.added.append(item)
         room -= cost
-        if kind == "archival" and item.source.get("source_message_ids"):
+        if isinstance(source, ArchivalSource) and source.source_message_ids:
             quoting.append(item)
-        elif kind == "message" and "span" not in item.source:
-            placed.said.update(str(i) for i in ids)
+        elif message and not (isinstance(source, MessageHitSource) and source.span is not None):
+            placed.said.update(ids)
             for memory in [i for i in quoting if _quotes_only(i, placed.said)]:
                 quoting.remove(memory)
                 placed.added.remove(memory)
-                layout.b5.remove(memory)
+                layout.retrieved.remove(memory)
                 room += memory.tokens + SEPARATOR_TOKENS
     return placed
 
@@ -160,30 +182,30 @@ def _place_retrieval(state: ContextState, shown: set[str], room: int) -> _Placed
 def _truncate_task_state(state: ContextState, *, history_tokens: int) -> None:
     """Keep the longest head of B3 (plus the marker) that fits; tokens per character vary along a text, so
     the cut is found by bisection rather than estimated once."""
-    item = state.layout.b3
+    item = state.layout.task_state
     assert item is not None
 
-    def shortened(length: int) -> Item:
+    def shortened(length: int) -> Item[TaskStateSource]:
         text = item.text[:length] + _TRUNCATION_MARKER
         return Item(text=text, tokens=count_cached(text, model=state.model), source=item.source)
 
     low, high = 0, len(item.text)
     while low < high:
         middle = (low + high + 1) // 2
-        state.layout.b3 = shortened(middle)
+        state.layout.task_state = shortened(middle)
         if exact_total(state, history_tokens)["total"] <= state.budget:
             low = middle
         else:
             high = middle - 1
-    state.layout.b3 = shortened(low)
+    state.layout.task_state = shortened(low)
     state.dropped.append(
-        {
-            "block": "B3",
-            "reason": "budget",
-            "source": item.source,
-            "tokens": item.tokens - state.layout.b3.tokens,
-            "truncated": True,
-        }
+        DroppedItem(
+            block="B3",
+            reason="budget",
+            tokens=item.tokens - state.layout.task_state.tokens,
+            source=item.source,
+            truncated=True,
+        )
     )
 
 

@@ -22,7 +22,7 @@ def prefix_hint(state: ContextState) -> None:
     if match.chain_index is not None:
         # The system message and the history up to that message were sent before, byte for byte.
         cached_messages = match.chain_index + 1
-        hit_tokens = levels[2].tokens + sum(m.token_count for m in state.layout.b6[:cached_messages])
+        hit_tokens = levels[2].tokens + sum(m.token_count for m in state.layout.history[:cached_messages])
     else:
         cached_messages = 0
         hit_tokens = next((lv.tokens for lv in levels if lv.level == hit), 0)

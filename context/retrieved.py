@@ -4,13 +4,24 @@ turns of a session share one label; a hit's exchange partner and the memories ta
 beside it; every source is merged by rank. Scores travel in each Item's source, so that a client can tell a
 weak hit from a strong one."""
 
+import dataclasses
 import re
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from context.state import ContextState
 from conversations.tasks import message_vectors_request
 from prefix_cache.accounting import count_cached
+from prefix_cache.provenance import (
+    ArchivalSource,
+    ChunkSource,
+    ImageDescriptionSource,
+    MessageHitSource,
+    MessageSource,
+    OtherConversationSource,
+    RetrievedSource,
+    TurnGroupSource,
+)
 from prefix_cache.rendering import Item
 from retrieval.candidates import (
     ChunkHit,
@@ -48,32 +59,36 @@ def date_label(created_at: datetime) -> str:
     return created_at.strftime("%Y-%m-%d")
 
 
-def _item(state: ContextState, text: str, source: dict[str, Any], score: float) -> Item:
+Candidate = Item[RetrievedSource]
+MessageItem = Item[MessageSource]
+
+
+def _item(state: ContextState, text: str, source: RetrievedSource, score: float) -> Candidate:
     return Item(text=text, tokens=count_cached(text, model=state.model), source=source, score=score)
 
 
-def _hit_item(state: ContextState, hit: HistoryHit, **extra: Any) -> Item:
+def _hit_item(
+    state: ContextState, hit: HistoryHit, *, neighbour_of: int | None = None
+) -> Item[MessageHitSource]:
     """A message as B5 shows it: whole, or the hit's excerpt, labelled with its seq, date and speaker."""
     turn = hit.turn
     who = turn.speaker if hit.span is None else f"{turn.speaker}, excerpt"
     body = f"[#{turn.seq} · {date_label(turn.created_at)} · {who}] {turn.text.strip()}"
-    source = {
-        "kind": "message",
-        "id": turn.id,
-        "seq": turn.seq,
-        "created_at": turn.created_at.isoformat(),
-        "score": round(hit.relevance, 4),
-        "rank_score": round(hit.rank_score, 6),
-        "lexical": hit.lexical,
-        "similarity": hit.similarity,
-        **extra,
-    }
-    if hit.span is not None:
-        source["span"] = list(hit.span)
-    return _item(state, body, source, hit.rank_score)
+    source = MessageHitSource(
+        id=turn.id,
+        seq=turn.seq,
+        created_at=turn.created_at.isoformat(),
+        score=round(hit.relevance, 4),
+        rank_score=round(hit.rank_score, 6),
+        lexical=hit.lexical,
+        similarity=hit.similarity,
+        neighbour_of=neighbour_of,
+        span=hit.span,
+    )
+    return Item(text=body, tokens=count_cached(body, model=state.model), source=source, score=hit.rank_score)
 
 
-def _group_item(state: ContextState, turns: list[HistoryTurn], hit: Item) -> Item:
+def _group_item(state: ContextState, turns: list[HistoryTurn], hit: Item[MessageHitSource]) -> MessageItem:
     """Consecutive turns under one label (the day's date once), each line "speaker: text": the group of a
     short hit and the turn it answers, or of hits that follow each other. Scored as its best hit."""
     first = turns[0]
@@ -81,18 +96,22 @@ def _group_item(state: ContextState, turns: list[HistoryTurn], hit: Item) -> Ite
     lines = [f"[{seqs} · {date_label(first.created_at)}]"]
     lines += [f"{turn.speaker}: {turn.text.strip()}" for turn in turns]
     body = "\n".join(lines)
-    source = {
-        "id": first.id,
-        **hit.source,
-        "seq": first.seq,
-        "seqs": [t.seq for t in turns],
-        "ids": [t.id for t in turns],
-        "created_at": first.created_at.isoformat(),
-    }
-    return _item(state, body, source, hit.score)
+    best = hit.source
+    source = TurnGroupSource(
+        id=best.id,
+        score=best.score,
+        seq=first.seq,
+        created_at=first.created_at.isoformat(),
+        rank_score=best.rank_score,
+        lexical=best.lexical,
+        similarity=best.similarity,
+        seqs=tuple(t.seq for t in turns),
+        ids=tuple(t.id for t in turns),
+    )
+    return Item(text=body, tokens=count_cached(body, model=state.model), source=source, score=hit.score)
 
 
-def quoted_trigrams(item: Item) -> set[tuple[str, str, str]]:
+def quoted_trigrams(item: Item[RetrievedSource]) -> set[tuple[str, str, str]]:
     """The lower-cased word trigrams of what a message hit quotes, its label (_hit_item) left out. A hit of
     fewer tokens than REPEAT_MIN_TRIGRAMS has fewer trigrams, so it never repeats: not read (none)."""
     if item.tokens < REPEAT_MIN_TRIGRAMS:
@@ -107,16 +126,15 @@ def repeats(trigrams: set[tuple[str, str, str]], quoted: set[tuple[str, str, str
     return len(trigrams) >= REPEAT_MIN_TRIGRAMS and len(trigrams & quoted) >= REPEAT_SHARE * len(trigrams)
 
 
-def _this_conversation(state: ContextState, found: Found) -> list[Item]:
+def _this_conversation(state: ContextState, found: Found) -> list[MessageItem]:
     """This conversation's hits, grouped into runs of turns, each followed by its exchange partner."""
-    items = [_hit_item(state, hit) for hit in found.history]
-    items, grouped = _grouped(state, found, items)
+    items, grouped = _grouped(state, found, [_hit_item(state, hit) for hit in found.history])
     hits = {hit.turn.id: hit for hit in found.history}
-    partner_items = {}
+    partner_items: dict[str, MessageItem] = {}
     for item in items:
-        partner = hits[str(item.source["id"])].partner
+        partner = hits[item.source.id].partner
         if partner is not None and partner.turn.id not in grouped:
-            partner_items[str(item.source["id"])] = _hit_item(state, partner, neighbour_of=item.source["seq"])
+            partner_items[item.source.id] = _hit_item(state, partner, neighbour_of=item.source.seq)
     return with_partners(items, partner_items)
 
 
@@ -128,27 +146,25 @@ def _same_session(a: HistoryTurn, b: HistoryTurn) -> bool:
     return a.created_at.date() == b.created_at.date()
 
 
-def _grouped(state: ContextState, found: Found, items: list[Item]) -> tuple[list[Item], set[str]]:
+def _grouped(
+    state: ContextState, found: Found, items: list[Item[MessageHitSource]]
+) -> tuple[list[MessageItem], set[str]]:
     """The hits with consecutive whole turns of one session under one label (_group_item), in the hits'
     order (a group takes the place of its best hit), and the ids of the turns grouped."""
     hit_turns = {hit.turn.id: hit.turn for hit in found.history}
-    whole = {
-        str(i.source["id"]): i
-        for i in items
-        if "span" not in i.source and _groupable(hit_turns[str(i.source["id"])])
-    }
+    whole = {i.source.id: i for i in items if i.source.span is None and _groupable(hit_turns[i.source.id])}
     turns = {t.id: t for t in found.answered}
     for key in whole:
         turns[key] = hit_turns[key]
     runs = _runs(sorted(turns.values(), key=lambda t: t.seq))
     if all(len(run) == 1 for run in runs):
-        return items, set()
+        return list(items), set()
     run_of = {t.id: n for n, run in enumerate(runs) for t in run}
     placed: set[int] = set()
-    grouped_items: list[Item] = []
+    grouped_items: list[MessageItem] = []
     grouped: set[str] = set()
     for item in items:
-        key = str(item.source["id"])
+        key = item.source.id
         run = run_of.get(key) if key in whole else None
         if run is None or len(runs[run]) == 1:
             grouped_items.append(item)
@@ -173,97 +189,103 @@ def _runs(turns: list[HistoryTurn]) -> list[list[HistoryTurn]]:
     return runs
 
 
-def with_partners(items: list[Item], partners: dict[str, Item]) -> list[Item]:
+def with_partners(items: list[MessageItem], partners: dict[str, MessageItem]) -> list[MessageItem]:
     """The hits and their exchange partners (by the hit's message id): each right after its hit when it is
     short beside its hit (SHORT_PARTNER_SHARE), the others after all the hits, in the hits' order."""
-    placed: list[Item] = []
-    after: list[Item] = []
+    placed: list[MessageItem] = []
+    after: list[MessageItem] = []
     for item in items:
         placed.append(item)
-        partner = partners.get(str(item.source["id"]))
+        partner = partners.get(item.source.id)
         if partner is not None:
             short = partner.tokens <= SHORT_PARTNER_SHARE * item.tokens
             (placed if short else after).append(partner)
     return placed + after
 
 
-def _memory_item(state: ContextState, memory: MemoryHit) -> Item:
+def _memory_item(state: ContextState, memory: MemoryHit) -> Item[ArchivalSource]:
     text = f"[memory, {', '.join([memory.kind, *memory.days])}] {memory.content}"
-    source = {
-        "kind": "archival",
-        "id": memory.id,
-        "score": memory.relevance,
-        "rank_score": memory.rank_score,
-        "lexical": memory.lexical,
-        "similarity": memory.similarity,
-        "source_message_ids": list(memory.source_message_ids),
-    }
-    return _item(state, text, source, memory.rank_score)
+    source = ArchivalSource(
+        id=memory.id,
+        score=memory.relevance,
+        rank_score=memory.rank_score,
+        lexical=memory.lexical,
+        similarity=memory.similarity,
+        source_message_ids=memory.source_message_ids,
+    )
+    return Item(
+        text=text, tokens=count_cached(text, model=state.model), source=source, score=memory.rank_score
+    )
 
 
-def by_relevance(messages: list[Item], memories: list[Item]) -> list[Item]:
+def is_partner(source: RetrievedSource) -> bool:
+    """Whether it is shown as the exchange partner of a hit (not found for itself)."""
+    return isinstance(source, MessageHitSource) and source.neighbour_of is not None
+
+
+def by_relevance(messages: Sequence[Candidate], memories: Sequence[Candidate]) -> list[Candidate]:
     """The memories placed among this conversation's hits on one scale: each, most relevant first, right
     before the first hit (not an exchange partner) that is less relevant than it. Interleaved by rank
     instead, the best memories took the first places whatever they matched."""
-    pending = sorted(memories, key=lambda m: -float(m.source["score"]))
-    placed: list[Item] = []
+    pending = sorted(memories, key=lambda m: -m.source.score)
+    placed: list[Candidate] = []
     for item in messages:
-        if "neighbour_of" not in item.source:
-            while pending and float(pending[0].source["score"]) > float(item.source["score"]):
+        if not is_partner(item.source):
+            while pending and pending[0].source.score > item.source.score:
                 placed.append(pending.pop(0))
         placed.append(item)
     return placed + pending
 
 
-def _other_conversation_item(state: ContextState, hit: OtherConversationHit) -> Item:
+def _other_conversation_item(state: ContextState, hit: OtherConversationHit) -> Candidate:
     label = f'[conversation "{hit.conversation_title}", #{hit.seq} · {hit.day} · {hit.speaker}]'
     text = f"{label} {hit.excerpt}"
-    source = {
-        "kind": "message",
-        "id": hit.id,
-        "seq": hit.seq,
-        "conversation_id": hit.conversation_id,
-        "score": hit.score,
-    }
+    source = OtherConversationSource(
+        id=hit.id, seq=hit.seq, conversation_id=hit.conversation_id, score=hit.score
+    )
     return _item(state, text, source, hit.score)
 
 
-def _knowledge_item(state: ContextState, hit: ChunkHit | ImageHit) -> Item:
+def _knowledge_item(state: ContextState, hit: ChunkHit | ImageHit) -> Candidate:
     """A chunk or an image description, cited."""
-    source: dict[str, Any]
     if isinstance(hit, ChunkHit):
-        source = {
-            "kind": "knowledge",
-            "id": f"chunk:{hit.chunk_id}",
-            "document": hit.document_id,
-            "citation": hit.citation,
-            "score": round(hit.relevance, 4),
-            "rank_score": hit.rank_score,
-        }
-        return _item(state, f"[{hit.citation}] {hit.content.strip()}", source, hit.relevance)
-    source = {"kind": "knowledge", "id": f"image:{hit.image_id}", "image": hit.image_id}
-    source.update(citation=hit.citation, score=round(hit.relevance, 4))
-    return _item(state, f"[{hit.citation}] {hit.description.strip()}", source, hit.relevance)
+        chunk = ChunkSource(
+            id=f"chunk:{hit.chunk_id}",
+            document=hit.document_id,
+            citation=hit.citation,
+            score=round(hit.relevance, 4),
+            rank_score=hit.rank_score,
+        )
+        return _item(state, f"[{hit.citation}] {hit.content.strip()}", chunk, hit.relevance)
+    image = ImageDescriptionSource(
+        id=f"image:{hit.image_id}", image=hit.image_id, citation=hit.citation, score=round(hit.relevance, 4)
+    )
+    return _item(state, f"[{hit.citation}] {hit.description.strip()}", image, hit.relevance)
 
 
-def stand_ins(messages: list[Item], memories: list[Item]) -> tuple[list[Item], list[Item]]:
+def stand_ins(
+    messages: Sequence[MessageItem], memories: Sequence[Item[ArchivalSource]]
+) -> tuple[list[Candidate], list[Item[ArchivalSource]]]:
     """A memory taken from messages that are hits themselves (the memory agent's rules keep a statement
     verbatim) is placed right after the last of them, as its shorter stand-in, instead of by its own rank: the
     budget stage shows it only when the message did not fit (context.pipeline._place_retrieval). Returns the
     messages with their stand-ins, and the other memories."""
-    position = {
-        str(key): n for n, item in enumerate(messages) for key in item.source.get("ids", [item.source["id"]])
-    }
-    after: dict[int, list[Item]] = {}
-    others: list[Item] = []
+    position = {key: n for n, item in enumerate(messages) for key in _message_ids(item.source)}
+    after: dict[int, list[Item[ArchivalSource]]] = {}
+    others: list[Item[ArchivalSource]] = []
     for memory in memories:
-        sources = memory.source.get("source_message_ids") or []
+        sources = memory.source.source_message_ids
         if sources and all(s in position for s in sources):
             after.setdefault(max(position[s] for s in sources), []).append(memory)
         else:
             others.append(memory)
-    merged = [x for n, item in enumerate(messages) for x in (item, *after.get(n, []))]
+    merged: list[Candidate] = [x for n, item in enumerate(messages) for x in (item, *after.get(n, []))]
     return merged, others
+
+
+def _message_ids(source: MessageSource) -> tuple[str, ...]:
+    """The messages a message item shows: a group's turns, else the message itself."""
+    return source.ids if isinstance(source, TurnGroupSource) else (source.id,)
 
 
 def load_retrieval(state: ContextState, *, room: int) -> None:
@@ -273,7 +295,6 @@ def load_retrieval(state: ContextState, *, room: int) -> None:
     rewrite = state.rewrite
     if rewrite is None:
         return
-    start = len(state.candidates)
     # A rules rewrite appends terms of the recent history: they weigh less than the user's own words.
     expansion = " ".join(rewrite.terms) if rewrite.method == "rules" else ""
     query = rewrite.query if rewrite.method != "rules" else state.layout.user_message
@@ -293,11 +314,13 @@ def load_retrieval(state: ContextState, *, room: int) -> None:
     sources = [by_relevance(messages, memories), others, knowledge]
     # Each source's items come in its placing order (this conversation's best first, spread over sessions
     # for a question naming a participant, then the hits' exchange partners): kept, not re-sorted.
-    ranked: list[tuple[int, int, Item]] = []
+    ranked: list[tuple[int, int, Candidate]] = []
     for order, items in enumerate(sources):
         ranked += [(rank, order, item) for rank, item in enumerate(items)]
     merged = [item for _, _, item in sorted(ranked, key=lambda r: (r[0], r[1]))]
     top_k = (state.request.retrieval or {}).get("top_k")
-    state.candidates += merged[:top_k] if top_k else merged
-    for item in state.candidates[start:]:
-        item.source["query"] = rewrite.method  # which query found it: the user's words, rules or an LLM
+    # Which query found each: the user's words, rules or an LLM.
+    state.candidates += [
+        dataclasses.replace(item, source=dataclasses.replace(item.source, query=rewrite.method))
+        for item in (merged[:top_k] if top_k else merged)
+    ]

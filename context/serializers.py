@@ -13,7 +13,7 @@ from prefix_cache.rendering import FORMATS
 from tenants.api import DegradationSerializer
 
 
-class ContextTokensSerializer(serializers.Serializer):
+class ContextTokensSerializer(serializers.Serializer[ContextState]):
     system = serializers.IntegerField(source="tokens.system")
     history = serializers.IntegerField(source="tokens.history")
     user = serializers.IntegerField(source="tokens.user")
@@ -23,7 +23,7 @@ class ContextTokensSerializer(serializers.Serializer):
     )
 
 
-class ContextBlockSerializer(serializers.Serializer):
+class ContextBlockSerializer(serializers.Serializer[Any]):
     tokens = serializers.IntegerField()
     sha256 = serializers.CharField(help_text="Of the block's rendered text: equal hashes, equal bytes.")
     items = serializers.ListField(
@@ -33,13 +33,13 @@ class ContextBlockSerializer(serializers.Serializer):
     to_seq = serializers.IntegerField(required=False, help_text="B6 only: the last message shown.")
 
 
-class CacheablePrefixTokensSerializer(serializers.Serializer):
+class CacheablePrefixTokensSerializer(serializers.Serializer[Any]):
     openai = serializers.IntegerField()
     anthropic = serializers.IntegerField()
     gemini = serializers.IntegerField()
 
 
-class ContextPrefixSerializer(serializers.Serializer):
+class ContextPrefixSerializer(serializers.Serializer[Any]):
     hashes = serializers.DictField(child=serializers.CharField(), help_text="Layered prefix hashes by level.")
     tokens = serializers.DictField(child=serializers.IntegerField())
     hint_level = serializers.CharField(allow_null=True, help_text="The longest level seen before.")
@@ -48,7 +48,7 @@ class ContextPrefixSerializer(serializers.Serializer):
     cacheable_prefix_tokens = CacheablePrefixTokensSerializer()
 
 
-class ContextWindowSerializer(serializers.Serializer):
+class ContextWindowSerializer(serializers.Serializer[ContextState]):
     boundary_seq = serializers.IntegerField()
     window_start_seq = serializers.IntegerField(source="context.window_start_seq")
 
@@ -60,9 +60,16 @@ class ContextBlocksField(serializers.DictField):
         return super().to_representation(context_blocks(value))
 
 
+class DroppedField(serializers.ListField):
+    """The drops, each as its type serialises it (context/dropped.py)."""
+
+    def to_representation(self, data: Any) -> list[Any]:  # the state's list of Dropped
+        return super().to_representation([d.data() for d in data])
+
+
 # The context body, rendered from a ContextState after context_assemble; the field order is the body's key
 # order. (A comment, not a docstring: the schema would publish a docstring as the body's description.)
-class ContextOutputSerializer(serializers.Serializer):
+class ContextOutputSerializer(serializers.Serializer[ContextState]):
     context_id = serializers.UUIDField(help_text="Name it when reporting the provider's usage.")
     model = serializers.CharField()
     format = serializers.ChoiceField(source="fmt", choices=FORMATS)
@@ -84,7 +91,7 @@ class ContextOutputSerializer(serializers.Serializer):
         help_text="By block: B1, B2a, B4, B6, B5, B3, B2b, memory_updates, attachments, user (only those "
         "present).",
     )
-    dropped = serializers.ListField(
+    dropped = DroppedField(
         child=serializers.DictField(), help_text="What the budget left out: `block`, `reason`, `tokens`…"
     )
     prefix = ContextPrefixSerializer()
@@ -98,16 +105,16 @@ def context_payload(state: ContextState) -> dict[str, Any]:
     return ContextOutputSerializer(state).data
 
 
-class AgentProfileOutputSerializer(serializers.ModelSerializer):
+class AgentProfileOutputSerializer(serializers.ModelSerializer[AgentProfile]):
     class Meta:
         model = AgentProfile
         fields = ["id", "name", "scope", "policy", "is_default", "version", "created_at", "updated_at"]
         read_only_fields = fields
 
 
-class AgentProfileListOutputSerializer(serializers.Serializer):
+class AgentProfileListOutputSerializer(serializers.Serializer[Any]):
     results = AgentProfileOutputSerializer(many=True)
 
 
-class ConversationAgentProfileOutputSerializer(serializers.Serializer):
+class ConversationAgentProfileOutputSerializer(serializers.Serializer[Any]):
     agent_profile = AgentProfileOutputSerializer(allow_null=True)

@@ -16,10 +16,17 @@ from memory.selectors import core_memory_at, core_memory_blocks_current, label_o
 from memory.services import core_memory_snapshot_get, core_memory_snapshot_read
 from memory.state import SESSION_PROFILE_KEY, state_overlay
 from prefix_cache.accounting import count_cached
+from prefix_cache.provenance import (
+    CoreMemorySource,
+    MemoryUpdateSource,
+    SessionProfileSource,
+    SummarySegmentSource,
+    TaskStateSource,
+)
 from prefix_cache.rendering import Item, canonical_json
 from retrieval.rewrite import query_rewrite
 from summaries.conf import compaction_config
-from summaries.selectors import history_start_seq, segment_prompt_text, segment_source, segments_live
+from summaries.selectors import history_start_seq, segment_prompt_text, segments_live
 from summaries.services import compaction_queued, compaction_request, history_tokens
 
 logger = logging.getLogger(__name__)
@@ -42,10 +49,15 @@ def load_summaries(state: ContextState) -> None:
     items = []
     for segment in segments:
         text = segment_prompt_text(segment)
-        items.append(
-            Item(text=text, tokens=count_cached(text, model=state.model), source=segment_source(segment))
+        source = SummarySegmentSource(
+            id=str(segment.id),
+            start_seq=segment.start_seq,
+            end_seq=segment.end_seq,
+            level=segment.level,
+            source=segment.source,
         )
-    state.layout.b4 = items
+        items.append(Item(text=text, tokens=count_cached(text, model=state.model), source=source))
+    state.layout.summaries = items
 
 
 # --- B2a: core memory (and the memory-updates section for edits since the last boundary) ------------------
@@ -70,21 +82,16 @@ def load_core_memory(state: ContextState) -> None:
     items = []
     for label in sorted(folded, key=label_order):
         text = f"<{label}>\n{folded[label]}\n</{label}>"
-        source = {"kind": "core_memory", "label": label, "version": snapshot.versions[label]}
-        items.append(Item(text=text, tokens=count_cached(text, model=state.model), source=source))
-    state.layout.b2a = items
+        block_source = CoreMemorySource(label=label, version=snapshot.versions[label])
+        items.append(Item(text=text, tokens=count_cached(text, model=state.model), source=block_source))
+    state.layout.core_memory = items
     updates = []
     for block in current:
         if snapshot.versions.get(block.label) == block.version:
             continue
         text = f"- core memory <{block.label}> is now (v{block.version}): {block.value}"
-        source = {
-            "kind": "memory_update",
-            "target": "core_memory",
-            "label": block.label,
-            "version": block.version,
-        }
-        updates.append(Item(text=text, tokens=count_cached(text, model=state.model), source=source))
+        update = MemoryUpdateSource(label=block.label, version=block.version)
+        updates.append(Item(text=text, tokens=count_cached(text, model=state.model), source=update))
     state.layout.memory_updates = [*state.layout.memory_updates, *updates]
 
 
@@ -100,8 +107,10 @@ def load_task_state(state: ContextState) -> None:
     profile = overlay.state.get(SESSION_PROFILE_KEY)
     if task:
         text = canonical_json(task)
-        source = {"kind": "task_state", "epoch": overlay.epoch, "events": len(overlay.pending)}
-        state.layout.b3 = Item(text=text, tokens=count_cached(text, model=state.model), source=source)
+        task_source = TaskStateSource(epoch=overlay.epoch, events=len(overlay.pending))
+        state.layout.task_state = Item(
+            text=text, tokens=count_cached(text, model=state.model), source=task_source
+        )
     if profile:
         if isinstance(profile, dict):
             text = "\n".join(
@@ -110,8 +119,10 @@ def load_task_state(state: ContextState) -> None:
             )
         else:
             text = canonical_json(profile)
-        source = {"kind": "session_profile", "epoch": overlay.epoch}
-        state.layout.b2b = Item(text=text, tokens=count_cached(text, model=state.model), source=source)
+        profile_source = SessionProfileSource(epoch=overlay.epoch)
+        state.layout.session_profile = Item(
+            text=text, tokens=count_cached(text, model=state.model), source=profile_source
+        )
 
 
 # --- B5: retrieval (archival memories and recall of messages before the boundary) ---------------------------
@@ -139,7 +150,7 @@ def rewrite_query(state: ContextState) -> None:
         query=state.layout.user_message,
         task_state=state.task_state,
         before_seq=state.history_until,
-        recent=[(m.role, m.content) for m in reversed(state.layout.b6) if m.role in talk],
+        recent=[(m.role, m.content) for m in reversed(state.layout.history) if m.role in talk],
     )
     for degradation in state.rewrite.degradations:
         state.degrade("rewrite", degradation["code"], degradation["message"])
@@ -160,10 +171,10 @@ def compaction_schedule(state: ContextState, *, history_budget: int, summary_bud
         state.history_start <= state.boundary_seq
         and state.history_unread_to is None
         and state.history_until is None
-        and not any(d["block"] == "B6" for d in state.dropped)
+        and not any(d.block == "B6" for d in state.dropped)
     )
     if loaded_all:
-        history = sum(m.token_count for m in state.layout.b6)
+        history = sum(m.token_count for m in state.layout.history)
     elif compaction_queued(state.conversation):
         return  # one is on its way: summing the history (thousands of rows when it lags) would only say so
     else:

@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from context.budget import Budget
+from context.dropped import Dropped
 from context.models import ConversationContext
 from conversations.models import Conversation, Message
+from prefix_cache.provenance import RetrievedSource
 from prefix_cache.rendering import Item, Layout, Rendered
-from providers.degradations import degradation_count
+from providers.degradations import Degradation, degradation_count
 from providers.model_table import ModelInfo
 from retrieval.rewrite import Rewrite
 
@@ -52,8 +54,8 @@ class ContextState:
     # What each block may take in this prompt (context/budget.py), fixed before the history is read.
     shares: Budget = field(default_factory=Budget)
     timings: dict[str, float] = field(default_factory=dict)
-    degradations: list[dict[str, Any]] = field(default_factory=list)
-    dropped: list[dict[str, Any]] = field(default_factory=list)
+    degradations: list[Degradation] = field(default_factory=list)
+    dropped: list[Dropped] = field(default_factory=list)
     rendered: Rendered | None = None
     history_json: str = ""  # B6 as sent, canonical JSON (the hint stage serialises it once for both hashes)
     tokens: dict[str, Any] = field(default_factory=dict)
@@ -62,7 +64,7 @@ class ContextState:
     task_state: dict[str, Any] | None = None  # the overlaid task state, for query rewriting
     rewrite: Rewrite | None = None  # the rewrite stage's outcome (None: no retrieval)
     # Retrieval hits, best first: the budget stage fills B5 from them with the room the other blocks leave.
-    candidates: list[Item] = field(default_factory=list)
+    candidates: list[Item[RetrievedSource]] = field(default_factory=list)
 
     # What the call changes (rows, queued work), applied once after the stages by context/writes.py, and only
     # when the request records: a stage never writes itself.
@@ -70,8 +72,8 @@ class ContextState:
 
     def degrade(self, stage: str, code: str, message: str) -> None:
         """A fallback is never silent: logged, counted and reported in the response (once per cause)."""
-        if any(d["stage"] == stage and d["code"] == code for d in self.degradations):
+        if any(d.stage == stage and d.code == code for d in self.degradations):
             return
         logger.warning("context degradation %s/%s for %s: %s", stage, code, self.conversation.id, message)
         degradation_count(code)
-        self.degradations.append({"stage": stage, "code": code, "message": message})
+        self.degradations.append(Degradation(code=code, message=message, stage=stage))

@@ -9,11 +9,22 @@ updates, attachments) in a fixed order ahead of the user's own words.
 import hashlib
 import json
 from _json import make_encoder
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from conversations.parts import UNAVAILABLE, image_line
+from prefix_cache.provenance import (
+    AgentProfileSource,
+    AttachmentSource,
+    CoreMemorySource,
+    ItemSource,
+    MemoryUpdateSource,
+    RetrievedSource,
+    SessionProfileSource,
+    SummarySegmentSource,
+    TaskStateSource,
+)
 
 FORMATS = ("openai", "anthropic", "gemini")
 
@@ -31,14 +42,21 @@ SECTION_TITLES = {
 USER_SECTIONS = ("B5", "B3", "B2b", "memory_updates", "attachments")
 
 
+S = TypeVar("S", bound=ItemSource, covariant=True)
+
+
 @dataclass(frozen=True)
-class Item:
-    """One piece of a block, with its token count and where it came from."""
+class Item(Generic[S]):
+    """One piece of a block, with its token count and where it came from (prefix_cache/provenance.py)."""
 
     text: str
     tokens: int
-    source: dict[str, Any]
+    source: S
     score: float = 0.0
+
+    def data(self) -> dict[str, Any]:
+        """Its entry in the response's `items`: its source and its tokens."""
+        return {**self.source.data(), "tokens": self.tokens}
 
 
 @dataclass(frozen=True)
@@ -58,15 +76,18 @@ class HistoryMessage:
 
 @dataclass
 class Layout:
-    b1: Item | None = None
-    b2a: list[Item] = field(default_factory=list)
-    b4: list[Item] = field(default_factory=list)
-    b6: list[HistoryMessage] = field(default_factory=list)
-    b5: list[Item] = field(default_factory=list)
-    b3: Item | None = None
-    b2b: Item | None = None
-    memory_updates: list[Item] = field(default_factory=list)
-    attachments: list[Item] = field(default_factory=list)
+    """The blocks of one prompt, named for what they hold; the B-codes (DESIGN.md, Layout) name them in the
+    API, the docs and the prefix levels."""
+
+    agent: Item[AgentProfileSource] | None = None  # B1: the agent profile's role and policy
+    core_memory: list[Item[CoreMemorySource]] = field(default_factory=list)  # B2a
+    summaries: list[Item[SummarySegmentSource]] = field(default_factory=list)  # B4
+    history: list[HistoryMessage] = field(default_factory=list)  # B6
+    retrieved: list[Item[RetrievedSource]] = field(default_factory=list)  # B5
+    task_state: Item[TaskStateSource] | None = None  # B3
+    session_profile: Item[SessionProfileSource] | None = None  # B2b
+    memory_updates: list[Item[MemoryUpdateSource]] = field(default_factory=list)
+    attachments: list[Item[AttachmentSource]] = field(default_factory=list)
     user_message: str = ""
 
 
@@ -102,7 +123,7 @@ def sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _section(key: str, items: list[Item]) -> str:
+def _section(key: str, items: Sequence[Item[ItemSource]]) -> str:
     if not items:
         return ""
     return SECTION_TITLES[key] + "\n" + "\n\n".join(item.text for item in items)
@@ -113,7 +134,11 @@ def _section(key: str, items: list[Item]) -> str:
 
 def system_sections(layout: Layout) -> list[str]:
     """[B1, B2a, B4] section texts ('' where a block is absent); joined they are the system message."""
-    return [layout.b1.text if layout.b1 else "", _section("B2a", layout.b2a), _section("B4", layout.b4)]
+    return [
+        layout.agent.text if layout.agent else "",
+        _section("B2a", layout.core_memory),
+        _section("B4", layout.summaries),
+    ]
 
 
 def join_sections(sections: list[str]) -> str:
@@ -125,10 +150,10 @@ def system_text(layout: Layout) -> str:
 
 
 def user_sections(layout: Layout) -> dict[str, str]:
-    blocks: dict[str, list[Item]] = {
-        "B5": layout.b5,
-        "B3": [layout.b3] if layout.b3 else [],
-        "B2b": [layout.b2b] if layout.b2b else [],
+    blocks: dict[str, Sequence[Item[ItemSource]]] = {
+        "B5": layout.retrieved,
+        "B3": [layout.task_state] if layout.task_state else [],
+        "B2b": [layout.session_profile] if layout.session_profile else [],
         "memory_updates": layout.memory_updates,
         "attachments": layout.attachments,
     }
@@ -387,7 +412,7 @@ def render(layout: Layout, fmt: str) -> Rendered:
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}")
     system = system_text(layout)
-    groups = render_history_groups(layout.b6, fmt)
+    groups = render_history_groups(layout.history, fmt)
     history = [entry for group in groups for entry in group]
     user = current_user_text(layout)
     # A blank current message (an agent loop going on after a tool result) is not sent as an empty turn.

@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from conversations.models import Conversation
+from providers.degradations import (
+    Degradation as Degradation,  # a fallback a search took: the caller reports it
+)
 
 
 @dataclass(frozen=True)
@@ -97,14 +100,6 @@ class ImageHit:
     citation: str
     description: str
     relevance: float
-
-
-@dataclass(frozen=True)
-class Degradation:
-    """A fallback a search took (never silent: the caller reports it)."""
-
-    code: str
-    message: str
 
 
 @dataclass(frozen=True)

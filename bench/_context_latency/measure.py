@@ -127,10 +127,10 @@ def measure(tenant: Any, series: list[Series], calls: int, warmup: int, rng: ran
         s.first_call_mb = resident_mb() - resident
         for _ in range(warmup - 1):
             _, _, state = context_call(tenant, s)
-        s.prompt_segments = len(state.layout.b4)
-        s.prompt_messages = len(state.layout.b6)
+        s.prompt_segments = len(state.layout.summaries)
+        s.prompt_messages = len(state.layout.history)
         s.prompt_tokens = state.tokens["total"]
-        if s.prompt_segments != s.segments or any(d["block"] == "B6" for d in state.dropped):
+        if s.prompt_segments != s.segments or any(d.block == "B6" for d in state.dropped):
             # The records did not replay as compaction would have left them (the transcript format changed?):
             # the figures are then not those of a steady conversation.
             log(
@@ -153,7 +153,7 @@ def measure(tenant: Any, series: list[Series], calls: int, warmup: int, rng: ran
                 s.stages.setdefault(stage, []).append(ms)
             # Retrieval hits that did not fit and summary segments over their share are every call's
             # ordinary trimming; a history cut would mean the prompts were not all of the same kind.
-            moved = [d for d in state.dropped if d["block"] == "B6"]
+            moved = [d for d in state.dropped if d.block == "B6"]
             if moved:
                 log(f"  warning: {s.label} moved its window during the timed calls: {moved}")
     return floor

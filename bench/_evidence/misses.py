@@ -17,6 +17,7 @@ from bench._evidence.scoring import Prompt, words
 from context.pipeline import context_assemble, context_payload
 from context.state import ContextRequest
 from conversations.models import Conversation
+from prefix_cache.provenance import MessageSource
 
 BLOCKS = ("B1", "B2a", "B2b", "B3", "B4", "B5", "B6")
 
@@ -34,7 +35,7 @@ def ask(conversation_row: Any, question: dict[str, Any], budget: int) -> tuple[d
         user_message=question["question"], token_budget=budget, format="openai", record=False
     )
     state = context_assemble(conversation=conversation_row, request=request)
-    ranked = [int(i.source["seq"]) for i in state.candidates if i.source.get("kind") == "message"]
+    ranked = [i.source.seq for i in state.candidates if isinstance(i.source, MessageSource)]
     return context_payload(state), ranked
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from bench._common import MODEL
 from context.pipeline import ContextRequest, context_assemble, context_payload
+from prefix_cache.provenance import ArchivalSource
 from providers.tokens import REPLY_PRIMING_TOKENS, count_message
 from retrieval.lexical import bm25_rank
 
@@ -22,12 +23,14 @@ def mnemo_prompt(conversation: Any, question: str, budget: int) -> tuple[str, in
     elapsed = (time.perf_counter() - started) * 1000
     text = payload["system"] + "\n" + json.dumps(payload["messages"], ensure_ascii=False)
     layout = state.layout
+    memories = [i for i in layout.retrieved if isinstance(i.source, ArchivalSource)]
+    messages = [i for i in layout.retrieved if not isinstance(i.source, ArchivalSource)]
     blocks = {
-        "B2a core memory": "\n".join(i.text for i in layout.b2a),
-        "B4 summaries": "\n".join(i.text for i in layout.b4),
-        "B6 history": "\n".join(m.content for m in layout.b6),
-        "B5 memories": "\n".join(i.text for i in layout.b5 if i.source.get("kind") == "archival"),
-        "B5 messages": "\n".join(i.text for i in layout.b5 if i.source.get("kind") != "archival"),
+        "B2a core memory": "\n".join(i.text for i in layout.core_memory),
+        "B4 summaries": "\n".join(i.text for i in layout.summaries),
+        "B6 history": "\n".join(m.content for m in layout.history),
+        "B5 memories": "\n".join(i.text for i in memories),
+        "B5 messages": "\n".join(i.text for i in messages),
     }
     return text, state.tokens["total"], blocks, elapsed
 

@@ -27,7 +27,7 @@ class ProxyASGIHandler(ASGIHandler):
     async def _guarded(self, request: HttpRequest) -> HttpResponseBase:
         request_id = request_id_assign(request)
         try:
-            response = await self._get_response_async(request)  # type: ignore[attr-defined]
+            response: HttpResponseBase = await self._get_response_async(request)  # type: ignore[attr-defined]
         except Http404:
             response = _error(request, ProxyError("No such endpoint.", code="not_found", status=404))
         except Exception as exc:

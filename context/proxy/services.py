@@ -150,7 +150,7 @@ def proxy_prepare(*, tenant: Tenant, request: ProxyRequest, conversation_id: str
         context_call_note(
             tenant_id=tenant.pk,
             milliseconds=(time.perf_counter() - appended) * 1000,
-            degradation_codes=[d["code"] for d in state.degradations],
+            degradation_codes=[d.code for d in state.degradations],
         )
     except ApplicationError as exc:
         raise ProxyError(exc.message, code=exc.code, status=exc.status_code) from None

@@ -104,8 +104,9 @@ def _scrub(text: str, upstream: Upstream) -> str:
 def _upstream_message(body: Any) -> str:
     if isinstance(body, dict):
         error = body.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return error["message"]
+        message = error.get("message") if isinstance(error, dict) else None
+        if isinstance(message, str):
+            return message
         if isinstance(error, str):
             return error
     return ""

@@ -7,6 +7,17 @@ from typing import Any
 from context import sources
 from conversations.models import Conversation, Message
 from conversations.services import message_append_batch
+from prefix_cache.provenance import (
+    ArchivalSource,
+    ChunkSource,
+    CoreMemorySource,
+    ItemSource,
+    MemoryUpdateSource,
+    MessageHitSource,
+    SessionProfileSource,
+    SummarySegmentSource,
+    TaskStateSource,
+)
 from prefix_cache.rendering import Item
 from providers.tokens import count_message, count_text
 
@@ -59,19 +70,62 @@ def exchanges(
     return messages
 
 
-def item(text: str, *, score: float = 0.0, **source: Any) -> Item:
-    return Item(text=text, tokens=count_text(text, model=MODEL), source=source, score=score)
+# Fake sources by kind, the fields a test does not name filled with neutral values.
+FAKE_SOURCES: dict[str, tuple[type[ItemSource], dict[str, Any]]] = {
+    "core_memory": (CoreMemorySource, {"label": "persona", "version": 1}),
+    "memory_update": (MemoryUpdateSource, {"label": "persona", "version": 2}),
+    "summary": (SummarySegmentSource, {"id": "s", "start_seq": 1, "end_seq": 1, "level": 0, "source": "llm"}),
+    "task_state": (TaskStateSource, {"epoch": 1, "events": 0}),
+    "session_profile": (SessionProfileSource, {"epoch": 1}),
+    "message": (
+        MessageHitSource,
+        {
+            "id": "m",
+            "seq": 0,
+            "created_at": "",
+            "score": 0.0,
+            "rank_score": 0.0,
+            "lexical": 0.0,
+            "similarity": 0.0,
+        },
+    ),
+    "archival": (
+        ArchivalSource,
+        {
+            "id": "a",
+            "score": 0.0,
+            "rank_score": 0.0,
+            "lexical": 0.0,
+            "similarity": 0.0,
+            "source_message_ids": (),
+        },
+    ),
+    "chunk": (ChunkSource, {"id": "c", "document": "d", "citation": "doc", "score": 0.0, "rank_score": 0.0}),
+}
+
+
+def fake_source(kind: str, **fields: Any) -> Any:
+    """A source of this kind (FAKE_SOURCES) with these fields."""
+    cls, defaults = FAKE_SOURCES[kind]
+    return cls(**{**defaults, **fields})
+
+
+def item(text: str, *, score: float = 0.0, kind: str, **source: Any) -> Item[Any]:
+    return Item(
+        text=text, tokens=count_text(text, model=MODEL), source=fake_source(kind, **source), score=score
+    )
 
 
 def install_blocks(monkeypatch: Any, **blocks: Any) -> None:
-    """Fill layout blocks (b2a, b4, b5, b3, b2b, memory_updates) on every call, in the load stage after the
-    real block sources and before the history is read. monkeypatch restores the source after the test.
-    Lists are copied per call: the budget stage pops from them."""
+    """Fill layout blocks (core_memory, summaries, retrieved, task_state, session_profile, memory_updates)
+    on every call, in the load stage after the real block sources and before the history is read.
+    monkeypatch restores the source after the test. Lists are copied per call: the budget stage pops from
+    them."""
     load_core_memory = sources.load_core_memory
 
     def loader(state: Any) -> None:
         for name, value in blocks.items():
-            if name == "b5":  # retrieval hits are candidates the budget stage places, best first
+            if name == "retrieved":  # retrieval hits are candidates the budget stage places, best first
                 state.candidates = sorted(value, key=lambda i: -i.score)
                 continue
             setattr(state.layout, name, list(value) if isinstance(value, list) else value)

@@ -76,7 +76,7 @@ def test_retrieval_fills_the_room_left_best_first_and_lists_what_did_not_fit_onc
     alpha = item(words("alpha", 120), kind="chunk", id="alpha", score=0.9)
     beta = item(words("beta", 120), kind="chunk", id="beta", score=0.1)
     gamma = item(words("gamma", 120), kind="chunk", id="gamma", score=0.5)
-    install_blocks(monkeypatch, b5=[alpha, beta, gamma])
+    install_blocks(monkeypatch, retrieved=[alpha, beta, gamma])
     question = "What do the docs say?"
 
     full = context(owner, conversation, user_message=question)
@@ -117,7 +117,7 @@ def test_a_weaker_item_that_fits_is_placed_after_a_stronger_one_that_does_not(
     best = item(words("kept", 80), kind="chunk", id="best", score=0.9)
     big = item(words("junk", 400), kind="chunk", id="big", score=0.5)
     small = item(words("tiny", 50), kind="chunk", id="small", score=0.1)
-    install_blocks(monkeypatch, b5=[best, big, small])
+    install_blocks(monkeypatch, retrieved=[best, big, small])
     # Room ≈ 690, allowance 414: the 200 history tokens stay; B5 has 700 − 210 = 490: best (≈ 97 with the
     # title) leaves ≈ 393, too little for big (402), enough for small (52).
     body = context(owner, conversation, user_message="What next?", token_budget=700)
@@ -139,11 +139,15 @@ def test_the_history_the_prompt_shows_does_not_depend_on_the_question(owner, con
     def dry_run():  # the inspector's dry run: nothing is remembered, each run cuts from the same state
         request = ContextRequest(user_message=question, token_budget=budget, record=False)
         state = context_assemble(conversation=conversation, request=request)
-        return [m.seq for m in state.layout.b6], [d for d in state.dropped if d["block"] == "B6"], state
+        return (
+            [m.seq for m in state.layout.history],
+            [d.data() for d in state.dropped if d.block == "B6"],
+            state,
+        )
 
     without_hits = dry_run()
     install_blocks(
-        monkeypatch, b5=[item(words("kept", 300), kind="chunk", id=f"c{n}", score=n) for n in (1, 2)]
+        monkeypatch, retrieved=[item(words("kept", 300), kind="chunk", id=f"c{n}", score=n) for n in (1, 2)]
     )
     with_hits = dry_run()
     assert (
@@ -163,7 +167,7 @@ def test_the_history_the_prompt_shows_does_not_depend_on_the_question(owner, con
             ],
         )
     )
-    assert without_hits[2].layout.b5 == []
+    assert without_hits[2].layout.retrieved == []
 
     # Retrieval takes what the history leaves: one of the two hits (302 + 302 > 700 − 210).
     body = context(owner, conversation, user_message=question, token_budget=budget)
@@ -270,7 +274,7 @@ def test_the_newest_exchange_survives_any_budget_shortened_with_a_marker(owner, 
 def test_summary_segments_keep_at_most_their_share_oldest_going_first(owner, conversation, monkeypatch):
     exchanges(conversation, 2, tokens=100)
     segments = [item(words(w, 150), kind="summary", id=n) for n, w in enumerate(("red", "green", "blue"), 1)]
-    install_blocks(monkeypatch, b4=segments)
+    install_blocks(monkeypatch, summaries=segments)
     question = "go on"
     full = context(owner, conversation, user_message=question)
     assert full["dropped"] == []  # at the default budget all three fit their share
@@ -281,7 +285,7 @@ def test_summary_segments_keep_at_most_their_share_oldest_going_first(owner, con
     assert (room(budget, question), int(room(budget, question) * SUMMARY_SHARE)) == (1000, 200)
     body = context(owner, conversation, user_message=question, token_budget=budget)
     assert body["dropped"] == [
-        {"block": "B4", "reason": "budget", "source": s.source, "tokens": 150} for s in segments[:2]
+        {"block": "B4", "reason": "budget", "source": s.source.data(), "tokens": 150} for s in segments[:2]
     ]
     assert body["system"] == section("## Conversation summary", segments[2].text)
     assert body["tokens"]["history"] == 400
@@ -296,10 +300,13 @@ def test_when_still_over_b4_then_b2b_give_way_and_b3_is_truncated_and_b1_stays(
     exchanges(conversation, 1)  # a few real tokens: the history is never what gives way here
     install_blocks(
         monkeypatch,
-        b4=[item(words("old", 100), kind="summary", id=1), item(words("new", 100), kind="summary", id=2)],
-        b2b=item(words("locale", 60), kind="session_profile"),
+        summaries=[
+            item(words("old", 100), kind="summary", id=1),
+            item(words("new", 100), kind="summary", id=2),
+        ],
+        session_profile=item(words("locale", 60), kind="session_profile"),
         # Even text: one cut by characters per token lands under the budget.
-        b3=item(words("pending", 700), kind="task_state", epoch=1),
+        task_state=item(words("pending", 700), kind="task_state", epoch=1),
     )
     budget = 700
     body = context(owner, conversation, user_message="What next?", token_budget=budget)
@@ -334,7 +341,7 @@ def test_when_still_over_b4_then_b2b_give_way_and_b3_is_truncated_and_b1_stays(
     ids=["counter", "dense-head"],
 )
 def test_task_state_truncation_lands_under_the_budget(owner, conversation, monkeypatch, task_state):
-    install_blocks(monkeypatch, b3=item(task_state, kind="task_state"))
+    install_blocks(monkeypatch, task_state=item(task_state, kind="task_state"))
     body = context(owner, conversation, user_message="hi", token_budget=300)
     assert body["dropped"][0]["block"] == "B3"
     assert TRUNCATION_MARKER in body["messages"][-1]["content"]
@@ -491,7 +498,7 @@ def test_at_a_small_budget_retrieval_keeps_its_share_and_the_oldest_summaries_gi
         for n, w in enumerate(("red", "green", "blue", "north", "south"), 1)
     ]  # 1,700 summary tokens
     candidates = runbooks(10)  # about 1,500 tokens of hits
-    install_blocks(monkeypatch, b4=segments, b5=candidates)
+    install_blocks(monkeypatch, summaries=segments, retrieved=candidates)
     question, budget = "Where did we leave the release?", 2000
 
     body = context(owner, conversation, user_message=question, token_budget=budget)
@@ -505,11 +512,12 @@ def test_at_a_small_budget_retrieval_keeps_its_share_and_the_oldest_summaries_gi
     cap = int(room(budget, question) * SUMMARY_SHARE)
     assert segments[-1].tokens <= cap < 2 * segments[-1].tokens
     assert [d for d in body["dropped"] if d["block"] == "B4"] == [
-        {"block": "B4", "reason": "budget", "source": s.source, "tokens": s.tokens} for s in segments[:4]
+        {"block": "B4", "reason": "budget", "source": s.source.data(), "tokens": s.tokens}
+        for s in segments[:4]
     ]
     assert [i["id"] for i in body["blocks"]["B4"]["items"]] == [5]
     placed = [i["id"] for i in body["blocks"]["B5"]["items"]]
-    assert placed == [c.source["id"] for c in candidates[: len(placed)]]  # the best ones
+    assert placed == [c.source.id for c in candidates[: len(placed)]]  # the best ones
     [left] = [d for d in body["dropped"] if d["block"] == "B5"]
     assert left == {
         "block": "B5",
@@ -545,7 +553,7 @@ def test_a_long_reply_in_the_newest_exchange_is_shortened_and_retrieval_keeps_it
     )
     assert reply.token_count >= 3000
     candidates = runbooks(5)
-    install_blocks(monkeypatch, b5=candidates)
+    install_blocks(monkeypatch, retrieved=candidates)
     question, budget = "Which step failed its health check?", 2000
 
     body = context(owner, conversation, user_message=question, token_budget=budget)
@@ -570,7 +578,7 @@ def test_a_long_reply_in_the_newest_exchange_is_shortened_and_retrieval_keeps_it
     # question (the whole reply stays retrievable).
     assert b5_tokens(body) >= int(room(budget, question) * RETRIEVAL_SHARE)
     b5 = body["blocks"]["B5"]["items"]
-    assert {i["id"] for i in b5} >= {c.source["id"] for c in candidates}
+    assert {i["id"] for i in b5} >= {c.source.id for c in candidates}
     assert str(reply.id) in {i["id"] for i in b5}
     assert "health check FAILED on ledger-api" in body["messages"][-1]["content"]
 

@@ -77,8 +77,8 @@ def test_a_dry_run_changes_no_row_and_queues_nothing(loaded, queued, django_capt
     assert state.context_id is None
     # It had writes to leave out: the first call's rows, the window's cut, the prefix hints, a compaction.
     assert state.writes
-    assert any(d["block"] == "B6" and d["reason"] == "budget" for d in state.dropped)
-    assert state.layout.b4 and state.layout.b2a
+    assert any(d.block == "B6" and d.reason == "budget" for d in state.dropped)
+    assert state.layout.summaries and state.layout.core_memory
     assert not ConversationContext.objects.filter(conversation=loaded).exists()
 
 

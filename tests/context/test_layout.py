@@ -27,26 +27,26 @@ def profile(owner):
     )
 
 
-def all_blocks(monkeypatch, *, b5=None):
+def all_blocks(monkeypatch, *, retrieved=None):
     install_blocks(
         monkeypatch,
-        b2a=[
+        core_memory=[
             item("persona: Alice is the release manager.", kind="core_memory", label="persona"),
             item("preferences: short answers.", kind="core_memory", label="preferences"),
         ],
-        b4=[
+        summaries=[
             item("Segment 1: set up CI.", kind="summary", id=1),
             item("Segment 2: fixed flaky tests.", kind="summary", id=2),
         ],
-        b5=b5
-        if b5 is not None
+        retrieved=retrieved
+        if retrieved is not None
         else [
             item("docs/deploy.md: run make release.", kind="chunk", id="c1", score=0.9),
             item("Earlier: staging was green.", kind="archival", id="a1", score=0.4),
         ],
-        b3=item('{"step": "tag", "version": "2.4.0"}', kind="task_state", epoch=3),
-        b2b=item("Locale: de-DE; timezone Europe/Berlin.", kind="session_profile"),
-        memory_updates=[item("Alice now prefers email.", kind="memory_update", op="core_memory_update")],
+        task_state=item('{"step": "tag", "version": "2.4.0"}', kind="task_state", epoch=3),
+        session_profile=item("Locale: de-DE; timezone Europe/Berlin.", kind="session_profile"),
+        memory_updates=[item("Alice now prefers email.", kind="memory_update")],
     )
 
 
@@ -150,7 +150,7 @@ def test_retrieved_items_already_in_the_history_are_left_out(owner, conversation
     )
     all_blocks(
         monkeypatch,
-        b5=[
+        retrieved=[
             item("Port 8443.", kind="message", id=str(answer.id), score=0.99),
             item("runbook: restart with systemctl.", kind="chunk", id="c9", score=0.5),
         ],
@@ -168,7 +168,7 @@ def test_retrieved_context_shows_memories_first_then_messages_in_the_order_they_
 ):
     all_blocks(
         monkeypatch,
-        b5=[
+        retrieved=[
             item("[#7] The deploy went out at 14:00.", kind="message", id="m7", seq=7, score=0.9),
             item("Alice prefers blue-green deploys.", kind="archival", id="a1", score=0.2),
             item("[#3] We froze the release branch.", kind="message", id="m3", seq=3, score=0.5),

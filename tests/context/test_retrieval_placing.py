@@ -17,7 +17,7 @@ from prefix_cache.rendering import Item
 from providers import embeddings
 from retrieval import history as history_index
 from retrieval.excerpts import EXCERPT_MIN_WORDS, _words_before, excerpt_span
-from tests.context.helpers import append, context
+from tests.context.helpers import append, context, fake_source
 
 pytestmark = pytest.mark.django_db
 
@@ -104,13 +104,15 @@ def test_the_background_embedding_run_leaves_the_index_ready(owner, conversation
 
 
 def test_memories_are_placed_among_the_hits_by_relevance():
-    def hit(id_: str, relevance: float, **source) -> Item:  # relevance is source["score"]
-        return Item(text=id_, tokens=1, source={"id": id_, "score": relevance, **source}, score=0.01)
+    def hit(id_: str, relevance: float, kind: str = "message", **source) -> Item:  # relevance: source.score
+        return Item(
+            text=id_, tokens=1, source=fake_source(kind, id=id_, score=relevance, **source), score=0.01
+        )
 
     hits = [hit("m1", 0.8), hit("m2", 0.0, neighbour_of=1), hit("m3", 0.3)]
-    memories = [hit("a1", 0.1), hit("a2", 0.5), hit("a3", 0.9)]
+    memories = [hit("a1", 0.1, "archival"), hit("a2", 0.5, "archival"), hit("a3", 0.9, "archival")]
 
-    placed = [i.source["id"] for i in by_relevance(hits, memories)]
+    placed = [i.source.id for i in by_relevance(hits, memories)]
 
     # An exchange partner (scored 0 by itself) does not push a memory behind it.
     assert placed == ["a3", "m1", "m2", "a2", "m3", "a1"]
@@ -118,12 +120,12 @@ def test_memories_are_placed_among_the_hits_by_relevance():
 
 def test_partners_follow_all_the_hits():
     def hit(id_: str, tokens: int = 100, **source) -> Item:
-        return Item(text=id_, tokens=tokens, source={"id": id_, **source}, score=0.01)
+        return Item(text=id_, tokens=tokens, source=fake_source("message", id=id_, **source), score=0.01)
 
     hits = [hit("u1"), hit("a2"), hit("u3")]
     partners = {"u1": hit("a1", neighbour_of=1), "u3": hit("a3", neighbour_of=3)}
 
-    assert [i.source["id"] for i in with_partners(hits, partners)] == ["u1", "a2", "u3", "a1", "a3"]
+    assert [i.source.id for i in with_partners(hits, partners)] == ["u1", "a2", "u3", "a1", "a3"]
 
 
 def test_a_partner_short_beside_its_hit_follows_it():
@@ -131,7 +133,7 @@ def test_a_partner_short_beside_its_hit_follows_it():
     partner as long as its hit (or longer) waits until all the hits are placed."""
 
     def hit(id_: str, tokens: int, **source) -> Item:
-        return Item(text=id_, tokens=tokens, source={"id": id_, **source}, score=0.01)
+        return Item(text=id_, tokens=tokens, source=fake_source("message", id=id_, **source), score=0.01)
 
     hits = [hit("a2", 300), hit("u3", 40), hit("a6", 300), hit("u7", 30)]
     partners = {
@@ -141,7 +143,7 @@ def test_a_partner_short_beside_its_hit_follows_it():
         "u7": hit("a8", 30, neighbour_of=7),  # a chat's turns: as long as its hit
     }
 
-    placed = [i.source["id"] for i in with_partners(hits, partners)]
+    placed = [i.source.id for i in with_partners(hits, partners)]
 
     assert placed == ["a2", "u1", "u3", "a6", "u5", "u7", "a4", "a8"]
 
@@ -280,7 +282,7 @@ def test_a_hit_repeating_what_b5_quotes_gives_its_room_to_the_next(owner, conver
 def test_a_hit_repeats_only_when_most_of_its_trigrams_are_quoted():
     def item(*words: str) -> Item:
         text = f"[#1 · 2026-01-02 · user] {' '.join(words)}"
-        return Item(text=text, tokens=2 * len(words), source={"kind": "message"})
+        return Item(text=text, tokens=2 * len(words), source=fake_source("message"))
 
     paste = [f"line{n}" for n in range(REPEAT_MIN_TRIGRAMS + 10)]
     quoted = quoted_trigrams(item(*paste))

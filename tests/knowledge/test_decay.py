@@ -5,7 +5,9 @@ end user's other conversations by name), under the budget, with what was shorten
 import pytest
 
 from context.decay import Entry, _fit
+from context.dropped import Dropped
 from conversations.services import conversation_create
+from prefix_cache.provenance import AttachmentSource
 from tests.cold_storage.helpers import frame, image_part
 from tests.context.helpers import append, context, context_call
 from tests.knowledge.conftest import upload
@@ -166,7 +168,9 @@ def test_a_small_budget_steps_the_lowest_priority_down_first_and_lists_it(owner,
 
 def _entry(priority, order, **texts):
     start = {"P0": "content", "P1": "description", "P2": "summary", "P3": "name"}[priority]
-    return Entry(priority, (order,), texts, {"name": f"{priority}-{order}", "priority": priority}, start)
+    return Entry(
+        priority, (order,), texts, AttachmentSource(name=f"{priority}-{order}", priority=priority), start
+    )
 
 
 def test_fit_order_lowest_priority_then_oldest_and_floors():
@@ -175,19 +179,19 @@ def test_fit_order_lowest_priority_then_oldest_and_floors():
     p2_new = _entry("P2", 2, summary="s " * 30, name="new")
     p3 = _entry("P3", 3, name="name " * 5)
     entries = [p0, p2_old, p2_new, p3]
-    dropped: list[dict] = []
+    dropped: list[Dropped] = []
     _fit(entries, allowance=150, model="gpt-4o", dropped=dropped)
     assert p3.level is None  # P3 first
     assert (p2_old.level, p2_new.level) == ("name", "summary")  # then the older P2, one level at a time
     assert p0.level == "content" and not p0.cut
-    assert [(d["name"], d["to"]) for d in dropped] == [("P2-1", "name"), ("P3-3", "dropped")]
+    assert [(d.data()["name"], d.data()["to"]) for d in dropped] == [("P2-1", "name"), ("P3-3", "dropped")]
     # P0's content is cut to what is left (with a marker), not replaced by its description.
     p0 = _entry("P0", 0, content="word " * 400, description="d " * 20, name="n")
     dropped = []
     _fit([p0], allowance=200, model="gpt-4o", dropped=dropped)
     assert p0.level == "content" and p0.cut
     assert p0.texts["content"].endswith("[… shortened here to fit the token budget]")
-    assert dropped[0]["shortened"] and 190 < dropped[0]["tokens"] < 220
+    assert dropped[0].data()["shortened"] and 190 < dropped[0].tokens < 220
     # With no room at all, P0 keeps its name and the rest goes.
     entries = [_entry("P0", 0, content="c " * 50, description="d", name="n"), _entry("P2", 1, summary="s")]
     _fit(entries, allowance=0, model="gpt-4o", dropped=[])

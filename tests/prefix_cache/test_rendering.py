@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from prefix_cache.provenance import AgentProfileSource, SummarySegmentSource, TaskStateSource
 from prefix_cache.rendering import FORMATS, HistoryMessage, Item, Layout, canonical_json, render
 
 
@@ -17,9 +18,9 @@ def history_message(seq, role, content="", parts=None, **flags):
 
 def layout():
     return Layout(
-        b1=Item("You are Tester.", 4, {"kind": "agent_profile"}),
-        b4=[Item("Earlier: set up CI.", 6, {"kind": "summary", "id": 1})],
-        b6=[
+        agent=Item("You are Tester.", 4, AgentProfileSource(id="p1", version=1)),
+        summaries=[Item("Earlier: set up CI.", 6, SummarySegmentSource("s1", 1, 4, 0, "llm"))],
+        history=[
             history_message(1, "user", "Look", [{"type": "text", "text": "Look"}]),
             history_message(2, "system", "Operator note: be terse."),
             history_message(
@@ -48,7 +49,7 @@ def layout():
                 [{"type": "tool_result", "tool_call_id": "zz", "name": "lookup", "content": "x"}],
             ),
         ],
-        b3=Item('{"step": 1}', 5, {"kind": "task_state"}),
+        task_state=Item('{"step": 1}', 5, TaskStateSource(epoch=1, events=0)),
         user_message="next?",
     )
 
@@ -120,7 +121,7 @@ def test_openai_messages_without_parts_render_as_text_turns_of_their_role():
         history_message(4, "tool", "raw output"),
         history_message(5, "assistant", ""),
     ]
-    assert render(Layout(b6=history), "openai").history == [
+    assert render(Layout(history=history), "openai").history == [
         {"role": "user", "content": "Hi"},
         {"role": "assistant", "content": "Hello."},
         {"role": "system", "content": "Note."},

@@ -251,7 +251,7 @@ def test_a_dry_run_never_compacts_nor_queues(small_budget, queued):
     state = context_assemble(
         conversation=small_budget, request=ContextRequest(user_message="hi", record=False)
     )
-    assert state.layout.b4 == []
+    assert state.layout.summaries == []
     assert boundaries(small_budget) == 0
     assert queued == []
     assert queued_at(small_budget) is None

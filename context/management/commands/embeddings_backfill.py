@@ -99,7 +99,7 @@ class Command(BaseCommand):
         self.stdout.write(f"{done} knowledge chunk(s) embedded with {embedder.name}.")
 
     def _refresh(
-        self, rows: QuerySet, embedder: Embedder, options: dict[str, Any], *, unit: str, text: Any
+        self, rows: QuerySet[Any], embedder: Embedder, options: dict[str, Any], *, unit: str, text: Any
     ) -> int:
         """Embed `rows` again with the current model, REFRESH_BATCH at a time, in primary-key order (a run
         that stops leaves the rest with their old model, which the next run takes up). Documents whose
