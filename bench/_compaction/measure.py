@@ -11,7 +11,8 @@ import time
 
 from bench._common import log
 from bench._compaction.conversation import Planted, generate
-from context.pipeline import ContextRequest, context_assemble
+from context.pipeline import context_assemble
+from context.state import ContextRequest
 from conversations.models import Message
 from conversations.services import conversation_create, message_append_batch
 from providers.summariser import SourceMessage, normalise, summarise

@@ -23,7 +23,9 @@ from bench._common import (
     log,
     percentile,
 )
-from context.pipeline import ContextRequest, context_assemble, context_payload
+from context.pipeline import context_assemble
+from context.serializers import context_payload
+from context.state import ContextRequest
 from conversations.selectors import access_conversation
 
 # The user's new question: every call asks another one (more of them than the query-vector cache holds), so

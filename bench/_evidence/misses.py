@@ -14,7 +14,8 @@ from typing import Any
 from bench._common import log, render_table
 from bench._evidence.dataset import Dataset
 from bench._evidence.scoring import Prompt, words
-from context.pipeline import context_assemble, context_payload
+from context.pipeline import context_assemble
+from context.serializers import context_payload
 from context.state import ContextRequest
 from conversations.models import Conversation
 from prefix_cache.provenance import MessageSource

@@ -20,7 +20,9 @@ from bench._common import (
     log,
 )
 from bench._prefix_cache.tokens import PromptTokenizer
-from context.pipeline import ContextRequest, context_assemble, context_payload
+from context.pipeline import context_assemble
+from context.serializers import context_payload
+from context.state import ContextRequest
 from conversations.services import conversation_create, message_append_batch
 from prefix_cache.rendering import HistoryMessage, render_history
 

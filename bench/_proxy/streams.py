@@ -13,7 +13,8 @@ import httpx
 from bench._common import log
 from bench._proxy.seed import sentence
 from bench._server import HOST
-from context.pipeline import ContextRequest, context_assemble
+from context.pipeline import context_assemble
+from context.state import ContextRequest
 from conversations.models import Conversation
 
 

@@ -7,7 +7,9 @@ import time
 from typing import Any
 
 from bench._common import MODEL
-from context.pipeline import ContextRequest, context_assemble, context_payload
+from context.pipeline import context_assemble
+from context.serializers import context_payload
+from context.state import ContextRequest
 from prefix_cache.provenance import ArchivalSource
 from providers.tokens import REPLY_PRIMING_TOKENS, count_message
 from retrieval.lexical import bm25_rank

@@ -18,7 +18,8 @@ from bench._common import MODEL, log
 from bench._recall.facts import Fact, Question
 from bench._recall.plan import plan, scripts, values_are_distinctive
 from bench._recall.prompts import bm25_prompt, mnemo_prompt, question_tokens, recency_prompt
-from context.pipeline import ContextRequest, context_assemble
+from context.pipeline import context_assemble
+from context.state import ContextRequest
 from conversations.models import Message
 from conversations.services import conversation_create, message_append_batch
 from providers.tokens import count_text
