@@ -40,10 +40,11 @@ def archival_search(
         return SearchOutcome([], "lexical")
     lexical = _lexical_ranking(end_user, query, candidates, expansion)
     degradations: list[dict[str, str]] = []
+    vector_ranking: list[Any] = []
+    similarity: dict[Any, float] = {}
     vector, model = embed_query(query)
     if vector is None:
         degradations.append({"code": "embeddings_unavailable", "message": f"Lexical search only: {model}"})
-        vector_ranking, similarity = [], {}
     else:
         engine = vector_engine()
         if engine is None:
@@ -53,7 +54,7 @@ def archival_search(
                 vector_ranking, similarity = _engine_ranking(engine, end_user, vector, candidates)
             except VectorStoreUnavailable:
                 degradations.append(engine_unavailable())
-                vector, vector_ranking, similarity = None, [], {}
+                vector = None
     mode = "hybrid" if vector is not None else "lexical"
     if not lexical and not vector_ranking:
         return SearchOutcome([], mode, degradations)
