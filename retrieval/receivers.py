@@ -67,9 +67,16 @@ def remove_a_documents_chunks(sender: object, *, instance: Document, **kwargs: A
             follow_delete("chunk", tenant_id=instance.tenant_id, filters=VectorFilters(ids=ids))
 
 
+# A save of only these fields (a merge counting one more mention) leaves the memory's vector as it was.
+_MEMORY_FIELDS_BESIDE_THE_VECTOR = frozenset({"mentions", "importance", "source_message_ids", "updated_at"})
+
+
 @receiver(post_save, sender=ArchivalMemory)
 def send_a_memory(sender: object, *, instance: ArchivalMemory, **kwargs: Any) -> None:
     # Inserted, re-embedded, invalidated or restored: added to the engine, or removed when not searchable.
+    fields = kwargs.get("update_fields")
+    if fields is not None and fields <= _MEMORY_FIELDS_BESIDE_THE_VECTOR:
+        return
     follow_rows("memory", [instance.pk], tenant_id=instance.tenant_id)
 
 
