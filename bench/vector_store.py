@@ -12,8 +12,13 @@ tenant. Each backend serves from its own fresh process; Milvus Lite runs as a se
 Milvus server's place), so the web process holds only a client, and the engine's own RSS is shown apart.
 Targets: recall@10 >= 0.98; at 1M, p50 <= 20 ms with the engine and a web process whose memory stays flat.
 
+Milvus Lite (pure Python) walks every row of the searched segments in Python on each search, to keep the
+newest version of each primary key and drop deleted ones, before its index is consulted: its latency grows
+with the collection whatever the index, ef, filter or write batches. It shows recall and the web process's
+memory; the latency target is a Milvus server's, measured with --uri milvus://host:port.
+
 Run from the repository root: .venv/bin/python bench/vector_store.py [--sizes 100000,1000000] [--queries 200]
-[--quick]
+[--quick] [--uri milvus://host:port]
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import django_setup, log, machine_header, percentile, render_table, scratch_dir  # noqa: E402
+from bench._common import log, machine_header, percentile, render_table  # noqa: E402
+from bench._django import django_setup, scratch_dir  # noqa: E402
 
 TENANTS = 8
 K = 10
@@ -115,7 +121,9 @@ class _Rows:
         return len(self.tenants)
 
 
-def web_main(backend: str, uri: str, corpus_path: str, tenants: np.ndarray, queries: np.ndarray) -> dict:
+def web_main(
+    backend: str, uri: str, corpus_path: str, tenants: np.ndarray, queries: np.ndarray, token: str = ""
+) -> dict:
     """One web process: open the store, serve every query (a tenant each, in turn), report what it took."""
     from retrieval.vectors.milvus_store import MilvusVectorStore
     from retrieval.vectors.numpy_store import NumpyVectorStore
@@ -125,7 +133,7 @@ def web_main(backend: str, uri: str, corpus_path: str, tenants: np.ndarray, quer
     if backend == "numpy":
         store: Any = NumpyVectorStore(_Rows(corpus_path, tenants), dimension=DIMENSION, cache_seconds=1e9)
     else:
-        store = MilvusVectorStore(uri, dimension=DIMENSION, prefix="bench", timeout=60.0)
+        store = MilvusVectorStore(uri, dimension=DIMENSION, token=token, prefix="bench", timeout=60.0)
     # The first query of each tenant loads (numpy) or warms (Milvus); timed apart from the rest.
     started = time.perf_counter()
     for tenant in range(TENANTS):
@@ -149,7 +157,17 @@ def in_process(context: Any, target: Any, *args: Any) -> Any:
 # --- one size ----------------------------------------------------------------------------------------------
 
 
-def run_size(size: int, real: np.ndarray, queries: np.ndarray, scratch: Path) -> dict:
+class _Server:
+    """A Milvus server given by --uri, in the place of the Milvus Lite process: not started or stopped here,
+    its collection of this benchmark dropped before each size."""
+
+    pid = None
+
+    def __init__(self, uri: str, token: str) -> None:
+        self.uri, self.token = uri, token
+
+
+def run_size(size: int, real: np.ndarray, queries: np.ndarray, scratch: Path, server: _Server | None) -> dict:
     from retrieval.vectors.milvus_store import HNSW_EF_CONSTRUCTION, HNSW_M, MilvusVectorStore
     from retrieval.vectors.store import VectorRecord
 
@@ -162,12 +180,17 @@ def run_size(size: int, real: np.ndarray, queries: np.ndarray, scratch: Path) ->
     exact = in_process(context, web_main, "numpy", "", corpus_path, tenants, queries)
 
     parent, child = context.Pipe()
-    engine = context.Process(target=engine_main, args=(str(scratch / f"vectors-{size}.db"), child))
-    engine.start()
-    uri = parent.recv()
+    if server is None:
+        engine: Any = context.Process(target=engine_main, args=(str(scratch / f"vectors-{size}.db"), child))
+        engine.start()
+        uri, token = parent.recv(), ""
+    else:
+        engine, uri, token = server, server.uri, server.token
     try:
         log(f"[{size}] milvus: ingesting through {uri}")
-        writer = MilvusVectorStore(uri, dimension=DIMENSION, prefix="bench", timeout=600.0)
+        writer = MilvusVectorStore(uri, dimension=DIMENSION, token=token, prefix="bench", timeout=600.0)
+        if server is not None:
+            writer._connected().drop_collection(writer.collection("chunk"))
         started = time.perf_counter()
         for start in range(0, size, 5000):
             writer.add([
@@ -182,14 +205,15 @@ def run_size(size: int, real: np.ndarray, queries: np.ndarray, scratch: Path) ->
         writer.close()
         del matrix
         log(f"[{size}] milvus: searching from a fresh process")
-        engine_rss_before = rss_mb(str(engine.pid))
-        served = in_process(context, web_main, "milvus", uri, corpus_path, tenants, queries)
-        engine_rss = max(engine_rss_before, rss_mb(str(engine.pid)))
+        engine_rss_before = rss_mb(str(engine.pid)) if engine.pid else float("nan")
+        served = in_process(context, web_main, "milvus", uri, corpus_path, tenants, queries, token)
+        engine_rss = max(engine_rss_before, rss_mb(str(engine.pid)) if engine.pid else float("nan"))
     finally:
-        parent.send("stop")
-        engine.join(30)
-        if engine.is_alive():
-            engine.terminate()
+        if server is None:
+            parent.send("stop")
+            engine.join(30)
+            if engine.is_alive():
+                engine.terminate()
     recall = np.mean(
         [
             len(set(a) & set(b)) / max(len(a), 1)
@@ -199,6 +223,7 @@ def run_size(size: int, real: np.ndarray, queries: np.ndarray, scratch: Path) ->
     return {
         "size": size, "count": count, "exact": exact, "milvus": served, "ingest": size / ingest,
         "recall": float(recall), "engine_rss": engine_rss,
+        "engine": "Milvus Lite HNSW" if server is None else "Milvus server HNSW",
         "hnsw": f"M={HNSW_M}, efConstruction={HNSW_EF_CONSTRUCTION}",
     }  # fmt: skip
 
@@ -210,7 +235,7 @@ def rows_of(result: dict) -> list[list[str]]:
         [f"{size:,}", "numpy (exact, baseline)", "1.000", f"{p50[0]:.1f}",
          f"{percentile(exact['latencies'], 99):.1f}", "-", f"{exact['warm']:.1f}", f"{exact['rss']:.0f}",
          "-"],
-        [f"{size:,}", "Milvus Lite HNSW", f"{result['recall']:.3f}", f"{p50[1]:.1f}",
+        [f"{size:,}", result["engine"], f"{result['recall']:.3f}", f"{p50[1]:.1f}",
          f"{percentile(served['latencies'], 99):.1f}", f"{result['ingest']:,.0f}", f"{served['warm']:.1f}",
          f"{served['rss']:.0f}", f"{result['engine_rss']:.0f}"],
         [f"{size:,}", "ratio Milvus / numpy", "", f"{p50[1] / p50[0]:.2f}", "", "", "",
@@ -226,7 +251,19 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--real", type=int, default=3000, help="Real sentences embedded for the corpus")
     parser.add_argument("--quick", action="store_true", help="One size of 10,000 (development)")
+    parser.add_argument(
+        "--uri",
+        help="milvus://host:port: a Milvus server to measure instead of Milvus Lite (the latency target's)",
+    )
     args = parser.parse_args()
+    server = None
+    if args.uri:
+        from retrieval.vectors.config import parse_vector_store
+
+        config = parse_vector_store(args.uri)
+        if config.embedded:
+            raise SystemExit("--uri names a Milvus server (milvus://host:port); Milvus Lite is the default.")
+        server = _Server(config.uri, config.token)
     sizes = [10_000] if args.quick else [int(s) for s in args.sizes.split(",")]
     with scratch_dir("mnemo-bench-vectors-") as scratch:
         django_setup(var_dir=scratch)
@@ -236,7 +273,7 @@ def main() -> None:
         queries, real = vectors[: args.queries], vectors[args.queries :]
         results = []
         for size in sizes:
-            results.append(run_size(size, real, queries, scratch))
+            results.append(run_size(size, real, queries, scratch, server))
             log(render_table(HEAD, rows_of(results[-1])))
     from retrieval.vectors.milvus_store import SEARCH_EF
 
@@ -245,7 +282,8 @@ def main() -> None:
         f"corpus: {len(real)} sentences of this repository embedded with the local model, topped up by "
         "synthetic vectors (a real one mixed half and half with a random unit vector)",
         f"{args.queries} held-out sentences as queries, each filtered to one of {TENANTS} tenants; k={K}",
-        f"Milvus Lite {_version()} as a server in its own process; HNSW "
+        (f"Milvus Lite {_version()} as a server in its own process" if server is None
+         else f"the Milvus server at {server.uri}") + "; HNSW "
         f"{results[0]['hnsw'] if results else '-'}, search ef={SEARCH_EF}",
     ))  # fmt: skip
     print(render_table(HEAD, [row for result in results for row in rows_of(result)]))

@@ -126,6 +126,7 @@ def message_vectors_fill(*, conversation_id: Any, limit: int | None = None) -> i
     if embedder is None or conversation is None:
         return 0
     written, after = 0, 0
+    written_ids: list[Any] = []
     known: dict[str, MessageVector] = {}
     while limit is None or written < limit:
         size = FILL_BATCH if limit is None else min(FILL_BATCH, limit - written)
@@ -142,10 +143,11 @@ def message_vectors_fill(*, conversation_id: Any, limit: int | None = None) -> i
             ).delete()
             MessageVector.objects.bulk_create(rows, ignore_conflicts=True)
         written += len(batch)
+        written_ids += [m.pk for m in batch]
         if len(batch) < size:
             break  # the last of them: no second read to find none
     if written:
-        vectors_written.send(sender=MessageVector, conversation_id=conversation.pk)
+        vectors_written.send(sender=MessageVector, conversation_id=conversation.pk, message_ids=written_ids)
     return written
 
 

@@ -12,7 +12,7 @@ assistant_usage_reported = Signal()
 exchange_completed = Signal()
 
 # Sent after a background run wrote retrieval vectors for a conversation's messages (committed).
-# kwargs: conversation_id
+# kwargs: conversation_id, message_ids (the messages whose vectors were written)
 vectors_written = Signal()
 
 # Sent after a transcript import committed (a new conversation, possibly with compaction records but none of

@@ -1,5 +1,6 @@
 """The search over an end user's archival memories: the lexical ranking (the database's full-text index,
-re-ranked by BM25) and the exact vector ranking (numpy over the stored vectors) fused with RRF."""
+re-ranked by BM25) and the vector ranking (exact, numpy over the stored vectors; or the vector engine's when
+MNEMO_VECTOR_STORE names one) fused with RRF."""
 
 import uuid
 from typing import Any
@@ -21,6 +22,9 @@ from retrieval.lexical import (
     tsquery,
 )
 from retrieval.ranking import rrf
+from retrieval.vectors.current import vector_engine
+from retrieval.vectors.degraded import engine_unavailable
+from retrieval.vectors.store import VectorFilters, VectorScope, VectorStore, VectorStoreUnavailable
 from tenants.models import EndUser
 
 
@@ -28,35 +32,32 @@ def archival_search(
     *, end_user: EndUser, query: str, limit: int = 10, candidates: int = 50, expansion: str = ""
 ) -> SearchOutcome:
     """Hybrid search over the user's live memories: the lexical ranking (the database's full-text index,
-    re-ranked by BM25) and the exact cosine ranking (numpy over the stored vectors) fused with RRF.
+    re-ranked by BM25) and the cosine ranking (exact over the stored vectors, or the vector engine's) fused
+    with RRF; an engine that cannot answer leaves the lexical ranking alone, said in the degradations.
     `expansion`: words a query rewrite added, weighing less in the lexical ranking; the vector ranking embeds
     the query alone."""
     if not query.strip():
         return SearchOutcome([], "lexical")
     lexical = _lexical_ranking(end_user, query, candidates, expansion)
+    degradations: list[dict[str, str]] = []
     vector_ranking: list[Any] = []
     similarity: dict[Any, float] = {}
-    degradations = []
     vector, model = embed_query(query)
-    vectors = None if vector is None else vector[None, :]
-    if vectors is None:
+    if vector is None:
         degradations.append({"code": "embeddings_unavailable", "message": f"Lexical search only: {model}"})
     else:
-        stored = (
-            live_memories(end_user)
-            .filter(embedding__isnull=False, embedding_model=model)
-            .order_by("-created_at")
-            .values_list("id", "embedding")[:SEARCH_SCAN_LIMIT]
-        )
-        rows = [(pk, embedding) for pk, embedding in stored if embedding is not None]
-        if rows:
-            matrix = np.stack([from_bytes(embedding) for _, embedding in rows])
-            sims = matrix @ vectors[0]
-            order = np.argsort(-sims, kind="stable")[:candidates]
-            vector_ranking = [rows[j][0] for j in order]
-            similarity = dict(zip((row[0] for row in rows), sims.tolist(), strict=True))
+        engine = vector_engine()
+        if engine is None:
+            vector_ranking, similarity = _exact_ranking(end_user, vector, model, candidates)
+        else:
+            try:
+                vector_ranking, similarity = _engine_ranking(engine, end_user, vector, candidates)
+            except VectorStoreUnavailable:
+                degradations.append(engine_unavailable())
+                vector = None
+    mode = "hybrid" if vector is not None else "lexical"
     if not lexical and not vector_ranking:
-        return SearchOutcome([], "hybrid" if vectors is not None else "lexical", degradations)
+        return SearchOutcome([], mode, degradations)
     fused = rrf(lexical, vector_ranking)
     lexical_pos = {key: r for r, key in enumerate(lexical, start=1)}
     vector_pos = {key: r for r, key in enumerate(vector_ranking, start=1)}
@@ -75,7 +76,38 @@ def archival_search(
         for key in best
         if key in memories
     ]
-    return SearchOutcome(hits, "hybrid" if vectors is not None else "lexical", degradations)
+    return SearchOutcome(hits, mode, degradations)
+
+
+def _exact_ranking(
+    end_user: EndUser, vector: np.ndarray, model: str, candidates: int
+) -> tuple[list[Any], dict[Any, float]]:
+    """The user's live memories embedded by `model`, best `candidates` first by cosine, and every one's
+    cosine: numpy over the stored vectors (the newest SEARCH_SCAN_LIMIT)."""
+    stored = (
+        live_memories(end_user)
+        .filter(embedding__isnull=False, embedding_model=model)
+        .order_by("-created_at")
+        .values_list("id", "embedding")[:SEARCH_SCAN_LIMIT]
+    )
+    rows = [(pk, embedding) for pk, embedding in stored if embedding is not None]
+    if not rows:
+        return [], {}
+    matrix = np.stack([from_bytes(embedding) for _, embedding in rows])
+    sims = matrix @ vector
+    order = np.argsort(-sims, kind="stable")[:candidates]
+    return [rows[j][0] for j in order], dict(zip((row[0] for row in rows), sims.tolist(), strict=True))
+
+
+def _engine_ranking(
+    engine: VectorStore, end_user: EndUser, vector: np.ndarray, candidates: int
+) -> tuple[list[Any], dict[Any, float]]:
+    """The engine's best `candidates` memories of the user, and their cosines (an invalidated memory left
+    in the engine by a failed delete is dropped when the hits are read: only live ones are)."""
+    scope = VectorScope("memory", str(end_user.tenant_id))
+    hits = engine.search(scope, vector, candidates, VectorFilters(scopes=(str(end_user.pk),)))
+    ranking = [uuid.UUID(hit.id) for hit in hits]
+    return ranking, {key: hit.score for key, hit in zip(ranking, hits, strict=True)}
 
 
 # The database ranks the user's matching memories and BM25 re-ranks its best LEXICAL_CANDIDATES.

@@ -38,7 +38,7 @@ def candidates_find(*, question: str, expansion: str, scope: Scope, room: int) -
     # then run while the question is still being embedded on another thread, instead of after this
     # conversation's search has waited for it.
     others = _other_conversations(scope.conversation, question, expansion)
-    knowledge = _knowledge(scope.conversation, question)
+    knowledge = _knowledge(degradations, scope.conversation, question)
     index = conversation_index(scope.conversation.pk)
     memories = _archival(degradations, index, question, expansion, scope.conversation)
     # Vectors still missing (a server restarted mid-backlog, or appends while vectors were off): the caller
@@ -139,6 +139,10 @@ def _other_conversations(
     ]
 
 
-def _knowledge(conversation: Conversation, query: str) -> list[ChunkHit | ImageHit]:
+def _knowledge(
+    degradations: list[Degradation], conversation: Conversation, query: str
+) -> list[ChunkHit | ImageHit]:
     """Documents and code in the conversation's scope, each cited (retrieval.knowledge_candidates)."""
-    return knowledge_candidates(conversation=conversation, query=query, min_relevance=MIN_RELEVANCE)
+    return knowledge_candidates(
+        conversation=conversation, query=query, min_relevance=MIN_RELEVANCE, degradations=degradations
+    )

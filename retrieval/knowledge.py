@@ -6,7 +6,8 @@ same measure computed here otherwise) and cosine similarity of the local embeddi
 The index lives in this process, one per tenant (least recently used ones dropped), and follows the
 database by documents: a cheap fingerprint of the tenant's ready documents (count, chunks, newest) is read
 on each search, and only when it moved are the new documents' chunks read and the deleted ones' masked.
-Several server processes each keep their own copy; the database stays the only truth."""
+Several server processes each keep their own copy; the database stays the only truth. With a vector engine
+(MNEMO_VECTOR_STORE=milvus) the index holds no vectors: the engine ranks the chunks by similarity."""
 
 import threading
 import uuid
@@ -25,6 +26,15 @@ from knowledge.identifiers import looks_like_a_name, query_terms, symbol_words, 
 from knowledge.models import Chunk, Document, scope_key
 from providers.embeddings import embed_query, embedder_status, from_bytes
 from retrieval.ranking import Postings, Vectors, best_first, both_scores, fuse
+from retrieval.vectors.current import vector_engine
+from retrieval.vectors.degraded import engine_unavailable
+from retrieval.vectors.store import (
+    VectorFilters,
+    VectorHit,
+    VectorScope,
+    VectorStore,
+    VectorStoreUnavailable,
+)
 from tenants.statements import FixedQuery
 
 FUSION_DEPTH = 200
@@ -59,8 +69,10 @@ _FINGERPRINT = FixedQuery(
 class KnowledgeIndex:
     """The chunks of one tenant's ready documents: BM25 postings, symbol trigram postings, vectors."""
 
-    def __init__(self, tenant_id: Any) -> None:
+    def __init__(self, tenant_id: Any, *, keeps_vectors: bool = True) -> None:
         self.tenant_id = tenant_id
+        # False when a vector engine ranks the chunks: this process then holds no vectors of them.
+        self.keeps_vectors = keeps_vectors
         self.fingerprint: tuple[Any, ...] | None = None
         self.documents: dict[str, list[int]] = {}  # document id -> its positions
         self.processed: dict[str, Any] = {}  # document id -> its processed_at when loaded
@@ -101,12 +113,14 @@ class KnowledgeIndex:
 
     def _load(self, document_ids: set[str]) -> None:
         self.vectors.use_model(getattr(embedder_status().embedder, "name", ""))
+        # Without vectors kept here, the embeddings are not even read.
+        vector_fields = ("embedding", "embedding_model") if self.keeps_vectors else ()
         rows = (
             Chunk.objects.filter(document_id__in=document_ids)
             .order_by("document_id", "ordinal")
             .values_list(
                 "id", "document_id", "scope_key", "kind", "path", "symbol", "heading", "content",
-                "embedding", "embedding_model",
+                *vector_fields,
             )
         )  # fmt: skip
         for row in rows.iterator(chunk_size=1000):
@@ -115,7 +129,7 @@ class KnowledgeIndex:
             self.documents.setdefault(document_id, [])
 
     def _add(self, pk: int, document_id: Any, scope: str, kind: str, path: str, symbol: str, heading: str,
-             content: str, embedding: Any, model: str) -> None:  # fmt: skip
+             content: str, embedding: Any = None, model: str = "") -> None:  # fmt: skip
         position = len(self.chunk_ids)
         self.documents.setdefault(str(document_id), []).append(position)
         self.chunk_ids.append(pk)
@@ -239,17 +253,27 @@ def search(
     scope_keys: set[str],
     kinds: set[str] | None = None,
     limit: int = 10,
+    engine: VectorStore | None = None,
+    degradations: list[dict[str, str]] | None = None,
 ) -> list[KnowledgeHit]:
     """The best `limit` chunks in the given scopes, best first. Scored under the index's lock, as sync() is:
     another request may be adding chunks meanwhile, and the postings' arrays cannot grow while numpy reads
-    them."""
+    them. With an `engine` (an index that keeps no vectors), the engine ranks by similarity, asked before
+    the lock is taken; if it cannot answer, the ranking is by words and symbols and `degradations` says so."""
+    engine_hits = None
+    if engine is not None and len(index):
+        engine_hits = _engine_hits(engine, index.tenant_id, query_vector, scope_keys, degradations)
     with index.lock:
         if not len(index):
             return []
         eligible = index.eligible(scope_keys, kinds)
-        lexical, similarity = both_scores(
-            index.postings, index.vectors, query_terms(query), query_vector, len(index)
-        )
+        if engine is None:
+            lexical, similarity = both_scores(
+                index.postings, index.vectors, query_terms(query), query_vector, len(index)
+            )
+        else:
+            lexical = index.postings.bm25(query_terms(query))
+            similarity = _engine_similarity(index, engine_hits or [])
         symbol = _symbol_scores(index, query)
         code = np.frombuffer(index.kinds, dtype=np.int8) == KIND_CODES[Document.Kind.CODE]
         vector_weight = np.where(code, CODE_VECTOR_WEIGHT, VECTOR_WEIGHT)
@@ -276,6 +300,37 @@ def search(
     return hits[:limit]
 
 
+def _engine_hits(
+    engine: VectorStore,
+    tenant_id: Any,
+    query_vector: np.ndarray | Callable[[], np.ndarray | None] | None,
+    scope_keys: set[str],
+    degradations: list[dict[str, str]] | None,
+) -> list[VectorHit]:
+    """The engine's best FUSION_DEPTH chunks of the tenant in these scopes (none without a query vector, or
+    when the engine cannot answer: then a degradation)."""
+    vector = query_vector() if callable(query_vector) else query_vector
+    if vector is None:
+        return []
+    scope = VectorScope("chunk", str(tenant_id))
+    try:
+        return engine.search(scope, vector, FUSION_DEPTH, VectorFilters(scopes=tuple(sorted(scope_keys))))
+    except VectorStoreUnavailable:
+        if degradations is not None:
+            degradations.append(engine_unavailable())
+        return []
+
+
+def _engine_similarity(index: KnowledgeIndex, hits: list[VectorHit]) -> np.ndarray:
+    """The engine's scores on the index's positions (0: not among its hits, or not loaded here yet)."""
+    similarity = np.zeros(len(index), dtype=np.float32)
+    for hit in hits:
+        position = index.position_of.get(int(hit.id))
+        if position is not None:
+            similarity[position] = hit.score
+    return similarity
+
+
 # --- the per-process cache --------------------------------------------------------------------------------
 
 _indexes: "OrderedDict[str, KnowledgeIndex]" = OrderedDict()
@@ -284,13 +339,18 @@ _indexes_lock = threading.Lock()
 DEAD_SHARE_REBUILD = 0.5
 
 
-def knowledge_index(tenant_id: Any) -> KnowledgeIndex:
-    """The tenant's index, up to date with the database."""
+def knowledge_index(tenant_id: Any, *, keeps_vectors: bool = True) -> KnowledgeIndex:
+    """The tenant's index, up to date with the database; `keeps_vectors` False when an engine ranks by
+    similarity (an index kept the other way is made again)."""
     key = str(tenant_id)
     with _indexes_lock:
         index = _indexes.get(key)
-        if index is None or (len(index) and index.alive.count(0) > DEAD_SHARE_REBUILD * len(index)):
-            index = _indexes[key] = KnowledgeIndex(tenant_id)
+        if (
+            index is None
+            or index.keeps_vectors != keeps_vectors
+            or (len(index) and index.alive.count(0) > DEAD_SHARE_REBUILD * len(index))
+        ):
+            index = _indexes[key] = KnowledgeIndex(tenant_id, keeps_vectors=keeps_vectors)
         _indexes.move_to_end(key)
         while len(_indexes) > getattr(settings, "MNEMO_KNOWLEDGE_INDEX_TENANTS", 32):
             _indexes.popitem(last=False)
@@ -331,8 +391,9 @@ def knowledge_search(
         keys.add(scope_key(end_user_id=end_user_id))
     if conversation is not None:
         keys.add(scope_key(conversation=conversation))
-    index = knowledge_index(tenant_id)
-    degradations = []
+    engine = vector_engine()
+    index = knowledge_index(tenant_id, keeps_vectors=engine is None)
+    degradations: list[dict[str, str]] = []
 
     def query_vector() -> np.ndarray | None:
         # Asked for after the BM25 pass (retrieval.ranking.both_scores), and only when there are chunks.
@@ -343,5 +404,14 @@ def knowledge_search(
             )
         return vector
 
-    hits = search(index, query=query, query_vector=query_vector, scope_keys=keys, kinds=kinds, limit=limit)
+    hits = search(
+        index,
+        query=query,
+        query_vector=query_vector,
+        scope_keys=keys,
+        kinds=kinds,
+        limit=limit,
+        engine=engine,
+        degradations=degradations,
+    )
     return KnowledgeResult(hits, degradations)

@@ -11,9 +11,10 @@ from conversations.models import Conversation
 from knowledge.identifiers import _stem
 from knowledge.models import ImageDescription
 from providers.text import SEARCH_STOPWORDS
-from retrieval.candidates import ChunkHit, ImageHit
+from retrieval.candidates import ChunkHit, Degradation, ImageHit
 from retrieval.knowledge import knowledge_search
 from retrieval.ranking import Postings
+from retrieval.vectors.degraded import VECTOR_STORE_UNAVAILABLE
 from tenants.statements import FixedQuery
 
 CANDIDATES = 8
@@ -24,14 +25,25 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 
 
 def knowledge_candidates(
-    *, conversation: Conversation, query: str, min_relevance: float, limit: int = CANDIDATES
+    *,
+    conversation: Conversation,
+    query: str,
+    min_relevance: float,
+    limit: int = CANDIDATES,
+    degradations: list[Degradation] | None = None,
 ) -> list[ChunkHit | ImageHit]:
     """Chunks for B5, best first, then the conversation's images whose description answers; those below
     `min_relevance` are not worth prompt tokens. Lexical only without an embedding model (the retrieve stage
-    reports that once, for every store)."""
+    reports that once, for every store); a vector engine that cannot answer is added to `degradations`."""
     result = knowledge_search(
         tenant_id=conversation.tenant_id, query=query, conversation=conversation, limit=limit
     )
+    if degradations is not None:
+        degradations += [
+            Degradation(d["code"], d["message"])
+            for d in result.degradations
+            if d["code"] == VECTOR_STORE_UNAVAILABLE
+        ]
     out: list[ChunkHit | ImageHit] = [
         ChunkHit(
             chunk_id=hit.chunk.pk,

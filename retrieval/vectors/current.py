@@ -35,6 +35,14 @@ def vector_store() -> VectorStore:
         return _store
 
 
+def vector_engine() -> VectorStore | None:
+    """The store when it is an engine apart from the database (Milvus), which searches ask and writes
+    follow; None for the numpy backend, whose truth is the database rows that each search already ranks
+    exactly in this process (retrieval.knowledge's index, retrieval.archival's scan): no extra work there."""
+    store = vector_store()
+    return None if store.name == "numpy" else store
+
+
 def vector_store_reset() -> None:
     global _store, _store_config
     with _lock:

@@ -266,7 +266,7 @@ class MilvusVectorStore:
             self._ready.add(name)
 
     def _schema(self, client: Any) -> Any:
-        from pymilvus import DataType
+        from pymilvus import DataType  # optional: loaded only with the milvus backend, as in _open
 
         schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=KEY_LENGTH + 12)

@@ -131,3 +131,12 @@ def record_batches(
 def row_count(kind: Kind) -> int:
     """Rows of the kind with a vector (a message row holds one vector per passage)."""
     return _rows(kind).count()
+
+
+def records_of(kind: Kind, ids: Iterable[Any], *, dimension: int = DIMENSION) -> list[VectorRecord]:
+    """The vectors of these rows of the kind (a message's by its message id) that a search may return: an
+    invalidated memory, a chunk or memory without a vector, a row gone, has none."""
+    rows = _rows(kind).filter(pk__in=list(ids))
+    return [
+        record for row in rows.iterator(chunk_size=READ_CHUNK) for record in _records(kind, row, dimension)
+    ]

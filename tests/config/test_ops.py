@@ -11,7 +11,10 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from config import ops
+from retrieval.vectors.config import parse_vector_store
+from retrieval.vectors.current import vector_store_reset
 from tests.context.helpers import context
+from tests.retrieval.vectors.test_engine import _closed_port
 
 pytestmark = pytest.mark.django_db
 
@@ -52,7 +55,13 @@ def test_readyz_is_ok_when_the_database_answers_and_migrations_are_applied(setti
     assert response.status_code == 200, response.content
     assert response.json() == {
         "status": "ok",
-        "checks": {"database": "ok", "redis": "not configured", "migrations": "ok", "warm": "off"},
+        "checks": {
+            "database": "ok",
+            "redis": "not configured",
+            "migrations": "ok",
+            "warm": "off",
+            "vector_store": "ok (numpy)",
+        },
     }
 
 
@@ -70,6 +79,7 @@ def test_readyz_names_the_database_when_it_cannot_be_reached(settings):
         "redis": "not configured",
         "migrations": "not checked",
         "warm": "off",
+        "vector_store": "ok (numpy)",
     }
     # The reason itself goes to the log, not to an unauthenticated caller.
     assert "could not connect" not in response.content.decode()
@@ -99,6 +109,19 @@ def test_readyz_names_redis_when_it_is_configured_and_unreachable(settings):
     assert response.status_code == 503
     assert response.json()["failed"] == ["redis"]
     assert response.json()["checks"]["database"] == "ok"
+
+
+def test_readyz_reports_a_vector_engine_that_is_down_without_failing(settings):
+    settings.REDIS_URL = ""
+    settings.MNEMO_VECTOR_STORE = parse_vector_store(f"milvus://127.0.0.1:{_closed_port()}")
+    try:
+        response = Client().get("/readyz")
+    finally:
+        vector_store_reset()
+    # Retrieval runs on words alone meanwhile (and says so): the process stays ready.
+    assert response.status_code == 200, response.content
+    assert response.json()["status"] == "ok"
+    assert response.json()["checks"]["vector_store"] == "degraded (milvus unavailable)"
 
 
 @pytest.mark.redis

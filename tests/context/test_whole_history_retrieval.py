@@ -14,6 +14,7 @@ from conversations.models import Conversation, Message, MessageVector
 from conversations.services import conversation_create
 from providers import embeddings
 from tests.context.helpers import append, context
+from tests.retrieval.backends import milvus_lite_uri, vector_backend, vectors_of_end_user  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 
@@ -95,6 +96,7 @@ def test_hits_are_labelled_with_their_seq_and_the_clients_date_and_ordered_by_ti
     assert items[0]["created_at"] == datetime(2024, 3, 15, tzinfo=UTC).isoformat()
 
 
+@pytest.mark.usefixtures("vector_backend")
 def test_a_paraphrase_is_found_by_the_local_vectors(owner, conversation, local_embeddings):
     append(
         conversation,
@@ -204,12 +206,15 @@ def test_identical_text_of_the_same_tenant_reuses_its_vectors(
     assert bytes(first.vectors) == bytes(second.vectors)
 
 
+@pytest.mark.usefixtures("vector_backend")
 def test_deleting_the_end_user_deletes_their_vectors(owner, conversation, local_embeddings):
     append(conversation, {"role": "user", "content": FACT})
     message_vectors_fill(conversation_id=conversation.id)
     assert MessageVector.objects.count() == 1
+    assert vectors_of_end_user(owner.tenant.pk, conversation.end_user_id)["message"] == 1
     assert owner.client.delete("/api/v1/users/alice").status_code == 200
     assert MessageVector.objects.count() == 0
+    assert vectors_of_end_user(owner.tenant.pk, conversation.end_user_id)["message"] == 0
 
 
 def test_the_backfill_command_fills_what_is_missing_and_resumes(owner, conversation, local_embeddings):

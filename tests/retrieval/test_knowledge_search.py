@@ -64,7 +64,7 @@ def test_documents_are_cited_with_page(owner):
     assert hit["page"] == 2 and hit["citation"] == 'file "requirements.pdf", page 2'
 
 
-def test_scope_and_kinds(owner, conversation):
+def test_scope_and_kinds(vector_backend, owner, conversation):
     upload(owner, ("tenant.md", b"The retention policy keeps backups for 30 days."))
     upload(owner, ("bob.md", b"Bob's retention exception: backups kept 90 days."), end_user="bob")
     upload(
@@ -82,7 +82,7 @@ def test_scope_and_kinds(owner, conversation):
     assert names(kinds=["code"]) == ["retention.py"]
 
 
-def test_deleted_documents_leave_the_results_and_new_ones_enter(owner):
+def test_deleted_documents_leave_the_results_and_new_ones_enter(vector_backend, owner):
     first = upload(owner, ("a.md", b"Zeppelin maintenance schedule.")).json()["documents"][0]
     assert search(owner, "zeppelin")
     owner.client.delete(f"/api/v1/documents/{first['id']}")
@@ -105,7 +105,7 @@ def test_lexical_only_without_embeddings_is_reported(owner, settings):
     assert body["results"] and body["degradations"][0]["code"] == "embeddings_unavailable"
 
 
-def test_vectors_find_a_paraphrase(owner):
+def test_vectors_find_a_paraphrase(vector_backend, owner):
     from providers.embeddings import embedder_status
 
     if embedder_status().embedder is None:
@@ -137,7 +137,7 @@ def test_bad_input(owner):
     assert response.status_code == 404
 
 
-def test_outsider_finds_nothing_of_the_owner(owner, outsider, conversation):
+def test_outsider_finds_nothing_of_the_owner(vector_backend, owner, outsider, conversation):
     upload(owner, ("secret.md", b"The vault combination is 4-8-15-16."))
     upload(owner, ("conv.md", b"vault notes of the conversation"), conversation=str(conversation.pk))
     assert search(outsider, "vault combination") == []
