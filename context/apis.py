@@ -19,6 +19,7 @@ from context.serializers import (
     AgentProfileOutputSerializer,
     ContextOutputSerializer,
     ConversationAgentProfileOutputSerializer,
+    context_payload,
 )
 from context.state import ContextRequest
 from conversations.selectors import access_conversation
@@ -119,7 +120,7 @@ class ContextApi(APIView):
                 agent_profile_id=data.get("agent_profile"),
             ),
         )
-        payload = ContextOutputSerializer(state).data
+        payload = context_payload(state)
         # The dashboard's latency and degradation charts per tenant (prefix_cache.ContextCallHour).
         context_call_note(
             tenant_id=conversation.tenant_id,

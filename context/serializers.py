@@ -109,9 +109,14 @@ class ContextOutputSerializer(serializers.Serializer[ContextState]):
     degradations = DegradationSerializer(many=True)
 
 
+# One instance renders every body: its bound fields are built once (a new serializer deep-copies its declared
+# fields on each call, a large share of the body's cost), and rendering only reads them.
+_CONTEXT_OUTPUT = ContextOutputSerializer()
+
+
 def context_payload(state: ContextState) -> dict[str, Any]:
     """The response body: the prompt ready to send, and how it was made."""
-    return ContextOutputSerializer(state).data
+    return _CONTEXT_OUTPUT.to_representation(state)
 
 
 class AgentProfileOutputSerializer(serializers.ModelSerializer[AgentProfile]):
