@@ -40,6 +40,9 @@ WRITE_BATCH = 1000
 KEY_LENGTH = 80
 # What a search returns besides the score: never the vector, which would make every search slow.
 HIT_FIELDS = ["item_id", "part", "scope"]
+# A client reads its own writes (a receiver of this process added them) without waiting, on each search, for
+# every node's clock as "Strong" does; another process's writes show within the engine's tick.
+CONSISTENCY = "Session"
 
 
 def literal(value: str) -> str:
@@ -130,6 +133,7 @@ class MilvusVectorStore:
                 filter=expression(scope, filters),
                 output_fields=HIT_FIELDS,
                 search_params=params,
+                consistency_level=CONSISTENCY,
                 timeout=self.timeout,
             ),
         )
@@ -255,7 +259,7 @@ class MilvusVectorStore:
                         name,
                         schema=self._schema(client),
                         index_params=self._index(client),
-                        consistency_level="Strong",
+                        consistency_level=CONSISTENCY,
                         timeout=self.timeout,
                     )
                 except Exception:
