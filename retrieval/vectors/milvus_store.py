@@ -189,7 +189,14 @@ class MilvusVectorStore:
         return f"{self.prefix}_{kind}"
 
     def _upsert(self, kind: Kind, rows: list[dict[str, Any]]) -> None:
-        self._call(kind, lambda client, name: client.upsert(name, rows, timeout=self.timeout))
+        """Replace these rows: delete their keys, then insert. Not the engine's upsert, which on servers of
+        the 2.3 line with a partition key stored vectors under other keys (a search no longer found a vector
+        by itself); delete and insert behave the same on every version and in Milvus Lite."""
+        keys = [row["pk"] for row in rows]
+        self._call(
+            kind, lambda client, name: client.delete(name, filter=_in("pk", keys), timeout=self.timeout)
+        )
+        self._call(kind, lambda client, name: client.insert(name, rows, timeout=self.timeout))
 
     def _present(self, kind: Kind, keys: list[str]) -> set[str]:
         rows = self._call(
@@ -208,7 +215,7 @@ class MilvusVectorStore:
             "owner": record.owner,
             "item_id": record.id,
             "part": record.part,
-            "vector": np.asarray(record.vector, dtype=np.float32),
+            "vector": np.asarray(record.vector, dtype=np.float32).tolist(),
         }
 
     def _call(self, kind: Kind, operation: Callable[[Any, str], T]) -> T:
