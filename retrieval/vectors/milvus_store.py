@@ -34,7 +34,7 @@ RETRY_SECONDS = 5.0
 # rises with each, memory and latency too (bench/vector_store.py measures the trade).
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 200
-SEARCH_EF = 96
+SEARCH_EF = 256
 WRITE_BATCH = 1000
 # The longest ids and keys stored: a UUID with a passage number, a knowledge scope key.
 KEY_LENGTH = 80
@@ -168,6 +168,14 @@ class MilvusVectorStore:
         """Seal what was written into indexed segments: after a bulk load, searches otherwise scan the
         unsealed rows one by one."""
         self._call(kind, lambda client, name: client.flush(name, timeout=self.timeout))
+
+    def indexed(self, kind: Kind) -> tuple[int, int]:
+        """(indexed rows, rows) of the kind's vector index: the engine builds it in the background after a
+        flush, and until then searches the unindexed segments with a coarser interim index."""
+        info = self._call(
+            kind, lambda client, name: client.describe_index(name, "vector", timeout=self.timeout)
+        )
+        return int(info.get("indexed_rows", 0)), int(info.get("total_rows", 0))
 
     def state(self) -> str:
         try:
