@@ -3,6 +3,7 @@
 import uuid
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -40,7 +41,6 @@ class AgentProfile(models.Model):
     def validate_constraints(self, exclude: Any = None) -> None:
         # Form validation would refuse a second default; the service instead releases the previous default
         # in the same transaction, so that constraint is left to it (and to the database).
-        from django.core.exceptions import ValidationError
 
         try:
             super().validate_constraints(exclude=exclude)

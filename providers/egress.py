@@ -7,6 +7,7 @@ and to 169.254.169.254 a moment later (DNS rebinding) or a redirect cannot slip 
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import socket
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+from django.conf import settings
 
 if TYPE_CHECKING:
     import httpx
@@ -52,7 +55,6 @@ class EgressPolicy:
 
     @classmethod
     def from_settings(cls) -> EgressPolicy:
-        from django.conf import settings
 
         return _policy(
             tuple(settings.MNEMO_TENANT_LLM_HOSTS), tuple(settings.MNEMO_TENANT_LLM_PRIVATE_NETWORKS)
@@ -149,6 +151,7 @@ def guarded_http_client(policy: EgressPolicy, *, timeout: float) -> httpx.Client
     """An httpx client whose every connection goes through policy.checked_addresses: it connects to the
     addresses it checked (TLS still verifies the host name), takes no proxy from the environment (the
     check must see the address it connects to) and follows no redirects."""
+    # Loaded on first use: the client package is heavy and most processes never call out.
     import httpcore
     import httpx
 
@@ -199,6 +202,7 @@ class _GuardedBackend:
 def guarded_async_http_client(policy: EgressPolicy, *, timeout: float) -> httpx.AsyncClient:
     """guarded_http_client for asyncio (the chat proxy streams from a tenant's endpoint): the same check,
     the host resolved on a worker thread so the event loop does not wait on DNS."""
+    # Loaded on first use: the client package is heavy and most processes never call out.
     import httpcore
     import httpx
 
@@ -219,7 +223,6 @@ class _AsyncGuardedBackend(_GuardedBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> Any:
-        import asyncio
 
         addresses = await asyncio.to_thread(self.policy.checked_addresses, host, port)
         failure: Exception | None = None

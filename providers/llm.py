@@ -12,8 +12,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
+from urllib.parse import urlsplit
+
+from django.conf import settings
 
 from providers.egress import EgressPolicy, EgressRefused, guarded_http_client
+from providers.tokens import count_chat, count_text
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +109,6 @@ class LLMConfig:
 
     def log_label(self) -> str:
         """Model and endpoint host, for the operator's log."""
-        from urllib.parse import urlsplit
 
         host = urlsplit(self.base_url).hostname if self.base_url else "api.openai.com"
         return f"{self.model} at {host} ({'tenant' if self.tenant_endpoint else 'platform'})"
@@ -119,7 +122,6 @@ def llm_config(overrides: Mapping[str, Any] | None = None) -> LLMConfig | None:
     A tenant's `llm_base_url` comes with the tenant's `llm_api_key` or with no key at all: the platform's
     LLM_API_KEY only ever goes to the platform's endpoint. Whether the tenant's URL is called at all is
     decided when the call is made (providers/egress.py, MNEMO_TENANT_LLM_HOSTS)."""
-    from django.conf import settings
 
     overrides = overrides or {}
     if overrides.get("llm_enabled") is False:
@@ -191,6 +193,7 @@ class LLMReply:
 
 @functools.lru_cache(maxsize=32)
 def _client(base_url: str | None, api_key: str, timeout: float, egress: EgressPolicy | None = None) -> Any:
+    # Loaded on first use: the client package is heavy and most processes never call out.
     import openai
 
     options: dict[str, Any] = {}
@@ -205,6 +208,7 @@ def _client(base_url: str | None, api_key: str, timeout: float, egress: EgressPo
 
 
 def _request_headers(config: LLMConfig) -> dict[str, Any]:
+    # Loaded on first use: the client package is heavy and most processes never call out.
     import openai
 
     headers: dict[str, Any] = {}
@@ -228,6 +232,7 @@ def _refusal(exc: BaseException | None) -> EgressRefused | None:
 
 
 def _classify(exc: Exception, attempt: int) -> LLMError:
+    # Loaded on first use: the client package is heavy and most processes never call out.
     import openai
 
     if isinstance(exc, openai.APITimeoutError):
@@ -299,7 +304,6 @@ def _usage(
     if isinstance(prompt, int) and isinstance(completion_tokens, int):
         return prompt, completion_tokens, True
     # No usage in the reply (some gateways omit it): count it ourselves so the budget still moves.
-    from providers.tokens import count_chat, count_text
 
     return count_chat(list(messages), model=model), count_text(text, model=model), False
 

@@ -10,12 +10,13 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
 from context.proxy.errors import ProxyError
 from providers.egress import EgressPolicy, EgressRefused, guarded_async_http_client
-from providers.llm import llm_config
+from providers.llm import LLMConfig, _request_headers, llm_config
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +32,6 @@ class Upstream:
 
     def label(self) -> str:
         """For the operator's log: the host, never the key."""
-        from urllib.parse import urlsplit
 
         host = urlsplit(self.base_url).hostname if self.base_url else "api.openai.com"
         return f"{self.fmt} upstream at {host} ({'tenant' if self.tenant_endpoint else 'platform'})"
@@ -73,6 +73,7 @@ def _refused(upstream: Upstream, reason: str) -> ProxyError:
 @functools.lru_cache(maxsize=64)
 def _http_client(loop: Any, tenant_endpoint: bool, timeout: float) -> Any:
     """One connection pool per event loop (and per kind of endpoint): a pool cannot move between loops."""
+    # Loaded on first use: the client package is heavy and most processes never call out.
     import httpx
 
     if tenant_endpoint:
@@ -300,6 +301,7 @@ _openai_clients: dict[tuple[Any, ...], Any] = {}
 def _openai_client(
     loop: Any, base_url: str | None, api_key: str, tenant_endpoint: bool, timeout: float
 ) -> Any:
+    # Loaded on first use: the client package is heavy and most processes never call out.
     import openai
 
     client = openai.AsyncOpenAI(
@@ -335,9 +337,8 @@ async def _openai_completions(upstream: Upstream) -> Any:
 
 async def _openai_send(upstream: Upstream, body: dict[str, Any]) -> Any:
     """The request through the `openai` package; its raw HTTP response (read as a stream or whole)."""
+    # Loaded on first use: the client package is heavy and most processes never call out.
     import openai
-
-    from providers.llm import _request_headers
 
     http_client(upstream)  # the egress check
     completions = await _openai_completions(upstream)
@@ -363,7 +364,6 @@ async def _openai_send(upstream: Upstream, body: dict[str, Any]) -> Any:
 
 
 def _llm_view(upstream: Upstream) -> Any:
-    from providers.llm import LLMConfig
 
     return LLMConfig(
         base_url=upstream.base_url,
@@ -377,6 +377,7 @@ def _llm_view(upstream: Upstream) -> Any:
 
 
 async def _httpx_send(upstream: Upstream, body: dict[str, Any], *, stream: bool) -> Any:
+    # Loaded on first use: the client package is heavy and most processes never call out.
     import httpx
 
     client = http_client(upstream)
