@@ -3,6 +3,7 @@
 import os
 
 from celery import Celery
+from celery.signals import worker_init
 
 from providers.metrics import celery_task_metrics_connect
 
@@ -14,3 +15,12 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 # Outcome and duration of every task, eager or on a worker (mnemo_task_duration_seconds).
 celery_task_metrics_connect()
+
+
+@worker_init.connect
+def _background_priority(**_kwargs: object) -> None:
+    """A worker (and the pool processes it forks) runs below the server's CPU priority."""
+    # Imported here: this module loads with the settings package, before Django is set up.
+    from providers.background import background_priority_lower
+
+    background_priority_lower()

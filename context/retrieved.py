@@ -8,10 +8,11 @@ import dataclasses
 import re
 from collections.abc import Sequence
 from datetime import datetime
+from itertools import pairwise
 
 from context.state import ContextState
 from conversations.tasks import message_vectors_request
-from prefix_cache.accounting import count_cached
+from prefix_cache.accounting import count_cached, count_cached_parts
 from prefix_cache.provenance import (
     ArchivalSource,
     ChunkSource,
@@ -73,7 +74,7 @@ def _hit_item(
     """A message as B5 shows it: whole, or the hit's excerpt, labelled with its seq, date and speaker."""
     turn = hit.turn
     who = turn.speaker if hit.span is None else f"{turn.speaker}, excerpt"
-    body = f"[#{turn.seq} · {date_label(turn.created_at)} · {who}] {turn.text.strip()}"
+    label, text = f"[#{turn.seq} · {date_label(turn.created_at)} · {who}]", f" {turn.text.strip()}"
     source = MessageHitSource(
         id=turn.id,
         seq=turn.seq,
@@ -85,7 +86,8 @@ def _hit_item(
         neighbour_of=neighbour_of,
         span=hit.span,
     )
-    return Item(text=body, tokens=count_cached(body, model=state.model), source=source, score=hit.rank_score)
+    tokens = count_cached_parts([label, text], model=state.model)
+    return Item(text=label + text, tokens=tokens, source=source, score=hit.rank_score)
 
 
 def _group_item(state: ContextState, turns: list[HistoryTurn], hit: Item[MessageHitSource]) -> MessageItem:
@@ -93,9 +95,11 @@ def _group_item(state: ContextState, turns: list[HistoryTurn], hit: Item[Message
     short hit and the turn it answers, or of hits that follow each other. Scored as its best hit."""
     first = turns[0]
     seqs = f"#{first.seq}" if len(turns) == 1 else f"#{first.seq}–{turns[-1].seq}"
-    lines = [f"[{seqs} · {date_label(first.created_at)}]"]
-    lines += [f"{turn.speaker}: {turn.text.strip()}" for turn in turns]
-    body = "\n".join(lines)
+    # Cut before each turn's text ("speaker:" | " text"): the parts recur from call to call and are
+    # counted once (count_cached_parts).
+    parts = [f"[{seqs} · {date_label(first.created_at)}]\n{first.speaker}:"]
+    parts += [f" {turn.text.strip()}\n{after.speaker}:" for turn, after in pairwise(turns)]
+    parts.append(f" {turns[-1].text.strip()}")
     best = hit.source
     source = TurnGroupSource(
         id=best.id,
@@ -108,7 +112,8 @@ def _group_item(state: ContextState, turns: list[HistoryTurn], hit: Item[Message
         seqs=tuple(t.seq for t in turns),
         ids=tuple(t.id for t in turns),
     )
-    return Item(text=body, tokens=count_cached(body, model=state.model), source=source, score=hit.score)
+    tokens = count_cached_parts(parts, model=state.model)
+    return Item(text="".join(parts), tokens=tokens, source=source, score=hit.score)
 
 
 def quoted_trigrams(item: Item[RetrievedSource]) -> set[tuple[str, str, str]]:

@@ -84,10 +84,11 @@ class Found:
 
 def conversation_attachments(query: AttachmentQuery) -> Found:
     """Every attachment the next call should know of, with its priority and texts."""
-    if not _anything_stored(query.conversation):
+    documents_stored, images_stored = _stored(query.conversation)
+    if not documents_stored and not images_stored:
         return Found([], 0)
-    rows, skipped = _document_candidates(query)
-    image_rows = _image_candidates(query)
+    rows, skipped = _document_candidates(query) if documents_stored else ([], 0)
+    image_rows = _image_candidates(query) if images_stored else _ImageRows([], 0, {})
     if not rows and not image_rows.rows:  # most conversations: no reply to look up, nothing to describe
         return Found([], skipped + image_rows.skipped)
     reply_seq, reply_at = _last_reply(query)
@@ -96,22 +97,23 @@ def conversation_attachments(query: AttachmentQuery) -> Found:
     return Found(documents + images, skipped + image_rows.skipped)
 
 
-def _anything_stored(conversation: Conversation) -> bool:
-    """Whether the conversation or its end user has any document or image at all. Most have none, and two
-    plain EXISTS cost a fraction of the candidate reads below (ordered, joined, several queries)."""
+def _stored(conversation: Conversation) -> tuple[bool, bool]:
+    """Whether the conversation or its end user has any document, and any image. Most have neither, many
+    only one kind, and a plain EXISTS costs a fraction of a kind's candidate reads below (ordered, joined,
+    several queries)."""
     own, tenant_id, end_user_id = conversation.pk, conversation.tenant_id, conversation.end_user_id
     if end_user_id is None:
-        return bool(
-            _CONVERSATION_DOCUMENT.run(conversation_id=own, tenant_id=tenant_id)
-            or _CONVERSATION_IMAGE.run(conversation_id=own, tenant_id=tenant_id)
+        return (
+            bool(_CONVERSATION_DOCUMENT.run(conversation_id=own, tenant_id=tenant_id)),
+            bool(_CONVERSATION_IMAGE.run(conversation_id=own, tenant_id=tenant_id)),
         )
-    return bool(
-        _END_USER_DOCUMENT.run(conversation_id=own, tenant_id=tenant_id, end_user_id=end_user_id)
-        or _END_USER_IMAGE.run(tenant_id=tenant_id, end_user_id=end_user_id)
+    return (
+        bool(_END_USER_DOCUMENT.run(conversation_id=own, tenant_id=tenant_id, end_user_id=end_user_id)),
+        bool(_END_USER_IMAGE.run(tenant_id=tenant_id, end_user_id=end_user_id)),
     )
 
 
-# _anything_stored's reads, as fixed statements (tenants.statements): run on every context call, where Django
+# _stored's reads, as fixed statements (tenants.statements): run on every context call, where Django
 # compiling them cost more than the database answering. values_list(pk)[:1] is what exists() asks.
 def _one(queryset: QuerySet[Any]) -> QuerySet[Any]:
     return queryset.order_by().values_list("pk", flat=True)[:1]

@@ -1,6 +1,5 @@
-"""Token counts of the slow-changing composite texts (the system message and its prefixes), memoised by
-content hash so a request re-uses the count of a system message it has seen before instead of
-re-tokenising it."""
+"""Token counts of texts that recur from call to call (the system message and its prefixes, the messages
+retrieval quotes), memoised by content hash so a request re-uses a count instead of re-tokenising."""
 
 import hashlib
 import threading
@@ -9,7 +8,8 @@ from collections import OrderedDict
 from providers.model_table import model_info
 from providers.tokens import count_text
 
-_MAX_ENTRIES = 4096
+# Room for every message a busy process's retrieval quotes, not only the system messages.
+_MAX_ENTRIES = 32768
 _cache: OrderedDict[tuple[str, bytes], int] = OrderedDict()
 _lock = threading.Lock()
 
@@ -30,3 +30,11 @@ def count_cached(text: str, *, model: str) -> int:
         if len(_cache) > _MAX_ENTRIES:
             _cache.popitem(last=False)
     return tokens
+
+
+def count_cached_parts(parts: list[str], *, model: str) -> int:
+    """Tokens of "".join(parts), each part counted (and cached) on its own: every part after the first must
+    start with a space that follows a non-space character, where a new pre-token always starts in both
+    encodings (providers.tokens), so the sum is the exact count. A retrieved message's label changes with
+    the call; its text, counted apart, is counted once."""
+    return sum(count_cached(part, model=model) for part in parts)

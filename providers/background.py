@@ -220,3 +220,15 @@ def background_join() -> None:
     if _worker is not None and not in_embedded_worker():
         _worker.join()
     _runner.join()
+
+
+def background_priority_lower() -> None:
+    """In a process that only runs background work (a Celery worker, the embedded worker): lower its CPU
+    priority by MNEMO_BACKGROUND_NICE, so that on cores it shares with a server the requests are served
+    first and embeddings, the memory agent and compaction take what is left (they catch up once the load
+    eases). A system that refuses the change leaves the priority as it was."""
+    if settings.MNEMO_BACKGROUND_NICE:
+        try:
+            os.nice(settings.MNEMO_BACKGROUND_NICE)
+        except OSError as exc:
+            logger.warning("background priority left as it was: %s", exc)

@@ -46,6 +46,7 @@ def main() -> None:
 
     from providers import background
 
+    background.background_priority_lower()
     send = protocol_sender(protocol)
     background.server_notify_via(send)
     app.loader.import_default_modules()

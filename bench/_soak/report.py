@@ -70,6 +70,7 @@ def summary(result: dict[str, Any]) -> list[list[str]]:
         ["memory agent caught up", result["agent"]],
         ["context p50 / p99 (all budgets)", context_ms],
         ["server RSS start / warm / end", f"{start:.0f} / {at_warm:.0f} / {end:.0f} MB ({growth:+.1f} %)"],
+        ["PostgreSQL autovacuum", result["stack"].autovacuum],
         ["machine load average (5 min) at the end of the load", f"{result['load_average']:.1f}"],
         ["Celery workers RSS start / end", f"{samples.rss[0][2]:.0f} / {samples.rss[-1][2]:.0f} MB"],
     ]

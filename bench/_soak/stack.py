@@ -58,6 +58,7 @@ class Stack:
     workers: int = 0
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     key: str = ""
+    autovacuum: str = "n/a (SQLite)"  # what the run did about PostgreSQL's autovacuum (the report says)
 
     @property
     def url(self) -> str:
@@ -67,6 +68,8 @@ class Stack:
         return manage(self.env, *args, timeout=300)
 
     def start(self) -> None:
+        if "DATABASE_URL" in self.env:
+            self.autovacuum = autovacuum_on(self.env["DATABASE_URL"])
         self.manage("migrate", "--noinput")
         self.key = json.loads(self.manage("create_tenant", "soak", "--name", "Soak", "--json"))["api_key"]
         server = [
@@ -118,12 +121,38 @@ class Stack:
     def stop(self) -> None:
         for proc in reversed(self.procs):
             stop(proc, timeout=20)
+        if self.autovacuum.startswith("turned on"):
+            autovacuum_restore(self.env["DATABASE_URL"])
 
     def server_rss(self) -> float:
         return rss_mb(self.procs[0].pid)
 
     def workers_rss(self) -> float:
         return sum(rss_mb(p.pid) for p in self.procs[1:])
+
+
+def _admin(database_url: str) -> str:
+    return database_url.rsplit("/", 1)[0] + "/postgres"
+
+
+def autovacuum_on(database_url: str) -> str:
+    """PostgreSQL analyses tables as they fill (autovacuum, on by default); a server set up for test runs
+    may have it off (this machine's CI configuration does), and then the soak's tables, filled from empty,
+    are never analysed: the planner guesses, and the full-text searches scan whole tables. The soak runs as
+    a user's server would: autovacuum on for the run (ALTER SYSTEM and a reload), as it was afterwards."""
+    with psycopg.connect(_admin(database_url), autocommit=True) as connection:
+        row = connection.execute("SHOW autovacuum").fetchone()
+        if row and row[0] == "on":
+            return "on (the server's setting)"
+        connection.execute("ALTER SYSTEM SET autovacuum = on")
+        connection.execute("SELECT pg_reload_conf()")
+    return "turned on for the run (the server had it off)"
+
+
+def autovacuum_restore(database_url: str) -> None:
+    with psycopg.connect(_admin(database_url), autocommit=True) as connection:
+        connection.execute("ALTER SYSTEM RESET autovacuum")
+        connection.execute("SELECT pg_reload_conf()")
 
 
 def base_env(var_dir: Path, upstream: str) -> dict[str, str]:
@@ -150,8 +179,7 @@ def distributed_stack(
     var_dir: Path, upstream: str, port: int, database_url: str, redis_url: str, workers: int = 1
 ) -> Stack:
     name = database_url.rsplit("/", 1)[1]
-    admin = database_url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as connection:
+    with psycopg.connect(_admin(database_url), autocommit=True) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         connection.execute(f'CREATE DATABASE "{name}"')
     redis.Redis.from_url(redis_url).flushdb()

@@ -500,6 +500,10 @@ MNEMO_EAGER_TASKS_IN_THREAD = env_bool("MNEMO_EAGER_TASKS_IN_THREAD", default=Tr
 MNEMO_EMBEDDED_WORKER = env_str("MNEMO_EMBEDDED_WORKER") or "process"
 if MNEMO_EMBEDDED_WORKER not in ("process", "thread"):
     raise ImproperlyConfigured("MNEMO_EMBEDDED_WORKER must be process or thread")
+# Background processes (Celery workers, the embedded worker process) lower their CPU priority by this much
+# (os.nice; 0: as the server): on cores shared with a server, requests are served first and the background
+# work takes the rest. On a machine of their own it changes nothing.
+MNEMO_BACKGROUND_NICE = env_int("MNEMO_BACKGROUND_NICE", 10, minimum=0)
 # Conversations whose whole-history retrieval index a server process keeps in memory (least recently used go).
 MNEMO_RECALL_INDEX_CONVERSATIONS = env_int("MNEMO_RECALL_INDEX_CONVERSATIONS", 64, minimum=1)
 # With MNEMO_WARM_ON_START, a starting server process builds the indexes of this many of the most recently

@@ -31,19 +31,6 @@ from providers.embedded_child import protocol_sender
 from tests.providers.worker.tasks import echo, fill, publish
 
 
-@pytest.fixture
-def worker(settings, monkeypatch):
-    settings.MNEMO_EAGER_TASKS_IN_THREAD = True
-    settings.MNEMO_EMBEDDED_WORKER = "process"
-    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "tests.providers.worker.settings")  # the child's
-    heard: list = []
-    server_handler("test_echo", heard.append)
-    yield heard
-    if background._worker is not None:
-        background._worker.stop()
-        background._worker = None
-
-
 def test_tasks_run_in_a_child_process_once_while_they_wait(worker):
     for _ in range(4):
         task_send(echo, "a")  # the first is handed to the child at once; the three after it wait together
