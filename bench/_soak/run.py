@@ -77,9 +77,9 @@ def agent_caught_up(shared: Shared) -> str:
 
 def run(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
     log(f"{stack.name}: starting on port {stack.port}")
-    stack.start()
-    store = Store(stack)
     try:
+        stack.start()  # a server that never became ready is stopped too (finally)
+        store = Store(stack)
         warm_up(stack.url, stack.key)
         names = names_accepted(stack.url, stack.key)
         seconds = args.minutes * 60
