@@ -153,6 +153,9 @@ class Worker:
             "REDIS_URL": redis_url,
             "MNEMO_LOG_LEVEL": "INFO",
             "PYTHONUNBUFFERED": "1",
+            # At the test process's priority: these tests bound how long a redelivery takes, and a worker
+            # below the priority of the test and the database would stretch that on a busy machine.
+            "MNEMO_BACKGROUND_NICE": "0",
             **env,
         }
         self.process: subprocess.Popen | None = None
