@@ -139,7 +139,8 @@ def autovacuum_on(database_url: str) -> str:
     """PostgreSQL analyses tables as they fill (autovacuum, on by default); a server set up for test runs
     may have it off (this machine's CI configuration does), and then the soak's tables, filled from empty,
     are never analysed: the planner guesses, and the full-text searches scan whole tables. The soak runs as
-    a user's server would: autovacuum on for the run (ALTER SYSTEM and a reload), as it was afterwards."""
+    a user's server would: autovacuum on for the run (ALTER SYSTEM and a reload), the ALTER SYSTEM reset
+    afterwards (autovacuum_restore), which leaves the configuration files' value."""
     with psycopg.connect(_admin(database_url), autocommit=True) as connection:
         row = connection.execute("SHOW autovacuum").fetchone()
         if row and row[0] == "on":
