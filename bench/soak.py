@@ -66,6 +66,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/mnemo_soak")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/7")
     parser.add_argument("--workers", type=int, default=1, help="Celery workers of the distributed run")
+    parser.add_argument(
+        "--server-processes", type=int, default=1, help="uvicorn processes of the distributed run"
+    )
     parser.add_argument("--appends-only", action="store_true", help="sustained ingest: single appends only")
     parser.add_argument(
         "--throughput", action="store_true", help="embedding throughput of 1 and 2 Celery workers, then stop"
@@ -87,7 +90,13 @@ def soak(args: argparse.Namespace, upstream: Any, upstream_port: int) -> None:
                 stack = embedded_stack(Path(scratch), upstream.base_url, port)
             else:
                 stack = distributed_stack(
-                    Path(scratch), upstream.base_url, port, args.database_url, args.redis_url, args.workers
+                    Path(scratch),
+                    upstream.base_url,
+                    port,
+                    args.database_url,
+                    args.redis_url,
+                    args.workers,
+                    args.server_processes,
                 )
             print("\n" + report(run(stack, args)) + "\n", flush=True)
 

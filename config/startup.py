@@ -7,6 +7,8 @@ left without vectors by a restart, the compaction catch-up, the task-state fold,
 to the embedded mode's background worker (providers.background) at its interval, the first time shortly
 after start."""
 
+import ctypes
+import ctypes.util
 import logging
 import threading
 import time
@@ -26,10 +28,32 @@ EMBEDDED_BEAT_DELAY_SECONDS = 5.0
 
 
 def server_started() -> None:
+    malloc_arenas_cap(settings.MNEMO_MALLOC_ARENAS)
     embeddings_warm()  # the first context call does not wait for the model
     caches_warm()
     if embedded_beat_enabled():
         EmbeddedBeat(settings.CELERY_BEAT_SCHEDULE).start()
+
+
+# mallopt's parameter number for the arena count (glibc's malloc.h).
+M_ARENA_MAX = -8
+
+
+def malloc_arenas_cap(arenas: int) -> bool:
+    """Cap glibc's malloc arenas at `arenas` (0: leave glibc's default). glibc gives each thread that meets a
+    busy arena one of its own, up to eight per core, and hands little of their freed memory back, so a server
+    whose request threads allocate large buffers (vectors, tokenizer output, numpy arrays) grows for as long
+    as it serves. The threads mostly hold the GIL, so few arenas cost them little waiting. Called before the
+    request threads start; returns whether glibc took it (False on another C library)."""
+    if arenas <= 0:
+        return False
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        mallopt = libc.mallopt if libc is not None else None
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to cap
+        return False
+    return bool(mallopt is not None and mallopt(M_ARENA_MAX, arenas) == 1)
 
 
 def caches_warm() -> threading.Thread | None:

@@ -56,6 +56,7 @@ class Stack:
     port: int
     var_dir: Path
     workers: int = 0
+    server_processes: int = 1
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     key: str = ""
     autovacuum: str = "n/a (SQLite)"  # what the run did about PostgreSQL's autovacuum (the report says)
@@ -82,6 +83,8 @@ class Stack:
             "--port",
             str(self.port),
         ]
+        if self.server_processes > 1:  # uvicorn's supervisor and its children: server_rss counts them all
+            server += ["--workers", str(self.server_processes)]
         self.procs.append(self._spawn([*server, "--lifespan", "off", "--no-access-log"], "server.log"))
         self.workers_start(self.workers)
         self._wait_ready()
@@ -177,7 +180,13 @@ def embedded_stack(var_dir: Path, upstream: str, port: int) -> Stack:
 
 
 def distributed_stack(
-    var_dir: Path, upstream: str, port: int, database_url: str, redis_url: str, workers: int = 1
+    var_dir: Path,
+    upstream: str,
+    port: int,
+    database_url: str,
+    redis_url: str,
+    workers: int = 1,
+    server_processes: int = 1,
 ) -> Stack:
     name = database_url.rsplit("/", 1)[1]
     with psycopg.connect(_admin(database_url), autocommit=True) as connection:
@@ -186,5 +195,6 @@ def distributed_stack(
     redis.Redis.from_url(redis_url).flushdb()
     env = base_env(var_dir, upstream)
     env.update(DATABASE_URL=database_url, REDIS_URL=redis_url)
-    name = f"distributed (PostgreSQL, Redis, {workers} Celery worker{'s' if workers > 1 else ''})"
-    return Stack(name, env, port, var_dir, workers=workers)
+    servers = f"{server_processes} server process{'es' if server_processes > 1 else ''}"
+    name = f"distributed (PostgreSQL, Redis, {servers}, {workers} Celery worker{'s' if workers > 1 else ''})"
+    return Stack(name, env, port, var_dir, workers=workers, server_processes=server_processes)

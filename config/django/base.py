@@ -94,6 +94,9 @@ WSGI_APPLICATION = "config.wsgi.application"
 # connection from the pool, so keep it at or below MNEMO_DB_POOL_MAX. The views hold the GIL most of the
 # time: a few threads serve more appends than many (fewer hand-offs of the GIL; bench/append.py).
 MNEMO_HTTP_THREADS = env_int("MNEMO_HTTP_THREADS", 4, minimum=1)
+# glibc malloc arenas a server process may use (config.startup.malloc_arenas_cap; 0: glibc's default, up to
+# eight per core): fewer arenas keep a long-running server's resident memory from creeping up.
+MNEMO_MALLOC_ARENAS = env_int("MNEMO_MALLOC_ARENAS", 2, minimum=0)
 
 TEMPLATES = [
     {

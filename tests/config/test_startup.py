@@ -1,6 +1,9 @@
 """A starting server: in the embedded mode (no broker, so no beat process) it runs the beat schedule's
 periodic tasks itself, so messages left without vectors by a restart get them without a context call."""
 
+import platform
+import subprocess
+import sys
 import threading
 from datetime import timedelta
 
@@ -90,3 +93,40 @@ def test_a_starting_server_builds_the_indexes_of_the_most_recently_active_conver
     assert history_index._indexes[str(newer.pk)].indexed_seq == 1
     settings.MNEMO_WARM_ON_START = False
     assert caches_warm() is None
+
+
+ARENAS_PROBE = """
+import ctypes, ctypes.util, sys, threading
+from config.startup import malloc_arenas_cap
+print(malloc_arenas_cap(int(sys.argv[1])), flush=True)
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.malloc.restype = ctypes.c_void_p
+together = threading.Barrier(8)  # alive at once, so none takes over an arena another one left
+
+
+def allocate():
+    libc.malloc(4096)
+    together.wait()
+
+
+threads = [threading.Thread(target=allocate) for _ in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+libc.malloc_stats()  # one "Arena N:" block per arena, to stderr
+"""
+
+
+def arenas_used(cap: int) -> tuple[str, int]:
+    done = subprocess.run(
+        [sys.executable, "-c", ARENAS_PROBE, str(cap)], capture_output=True, text=True, check=True, timeout=60
+    )
+    return done.stdout.strip(), done.stderr.count("Arena ")
+
+
+@pytest.mark.skipif(not platform.libc_ver()[0] == "glibc", reason="malloc arenas are glibc's")
+def test_a_server_caps_malloc_arenas_so_its_threads_share_them():
+    taken, arenas = arenas_used(0)
+    assert (taken, arenas > 2) == ("False", True)  # glibc's default: each new thread gets an arena of its own
+    assert arenas_used(2) == ("True", 2)
