@@ -125,7 +125,7 @@ def arenas_used(cap: int) -> tuple[str, int]:
     return done.stdout.strip(), done.stderr.count("Arena ")
 
 
-@pytest.mark.skipif(not platform.libc_ver()[0] == "glibc", reason="malloc arenas are glibc's")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc arenas are glibc's")
 def test_a_server_caps_malloc_arenas_so_its_threads_share_them():
     taken, arenas = arenas_used(0)
     assert (taken, arenas > 2) == ("False", True)  # glibc's default: each new thread gets an arena of its own
