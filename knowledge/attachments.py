@@ -169,6 +169,10 @@ def _last_reply(query: AttachmentQuery) -> tuple[int, datetime.datetime | None]:
 
 
 def _mentions(lowered: str, word: str) -> bool:
+    # The substring test first: most names are not in the text at all, and each name's pattern is new to
+    # re's cache (uploads have many names), so compiling it cost more than the rest of the lookup.
+    if word and word not in lowered:
+        return False
     return re.search(rf"(?<!\w){re.escape(word)}(?!\w)", lowered) is not None
 
 

@@ -12,6 +12,7 @@ from retrieval.candidates import HistoryHit, HistoryTurn
 from retrieval.excerpts import EXCERPT_MIN_WORDS, excerpt_span
 from retrieval.history import ConversationIndex, IndexedMessage, PassageHit, mean_passage_tokens, search
 from retrieval.questions import asked, focused, preferences
+from tenants.statements import column_by_pk
 
 # Passages are read PASSAGE_OVERFETCH times the room (at the conversation's mean passage size), between
 # MIN_PASSAGES and MAX_PASSAGES (the cost of a call stays bounded), and hits are kept best first until they
@@ -128,8 +129,7 @@ def _best_per_message(hits: list[PassageHit]) -> dict[str, tuple[PassageHit, flo
 
 
 def _contents(ids: list[str]) -> dict[str, str]:
-    rows = Message.objects.filter(pk__in=ids).values_list("id", "content")
-    return {str(pk): content for pk, content in rows}
+    return column_by_pk(Message, "content", ids)
 
 
 def _best_hits(hits: list[PassageHit], *, room: int, spread: bool) -> dict[str, tuple[PassageHit, float]]:

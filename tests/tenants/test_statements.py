@@ -7,7 +7,7 @@ import pytest
 
 from conversations.models import Message
 from summaries.models import SummarySegment
-from tenants.statements import FixedQuery
+from tenants.statements import FixedQuery, column_by_pk
 from tests.factories import ConversationFactory, MessageFactory
 
 pytestmark = pytest.mark.django_db
@@ -89,3 +89,14 @@ def test_none_and_unsupported_shapes_are_refused():
     )
     with pytest.raises(ValueError, match="not supported"):
         values.run(conversation_id=uuid.uuid4())
+
+
+def test_a_column_by_many_keys_is_what_the_orm_reads_in_one_query(django_assert_num_queries):
+    conversation = ConversationFactory()
+    messages = [MessageFactory(conversation=conversation, seq=n, content=f"text {n}") for n in range(1, 6)]
+    asked = [str(m.pk) for m in messages[:4]] + [m.pk.hex for m in messages[4:]] + [str(uuid.uuid4())]
+    with django_assert_num_queries(1):
+        got = column_by_pk(Message, "content", asked)
+    assert got == {str(m.pk): m.content for m in messages}  # keys as str(uuid); an unknown key is left out
+    with django_assert_num_queries(0):
+        assert column_by_pk(Message, "content", []) == {}
