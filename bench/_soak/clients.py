@@ -226,3 +226,21 @@ def warm_up(url: str, key: str) -> None:
     question = {"user_message": "Which port does the ledger use?", "token_budget": 2000}
     httpx.post(f"{base}/{conversation}/context", json=question, headers=headers, timeout=120)
     httpx.delete(f"{base}/{conversation}", headers=headers, timeout=60)
+
+
+def quiet_context_ms(shared: Shared, calls: int = 96) -> list[float]:
+    """The baseline of the context figure, in the same run: once the load has stopped and the backlog has
+    drained, one client asks the soak's conversations (the data the load left) new questions at the same
+    budgets, one call after another, on a server with nothing else to do."""
+    rng = random.Random(0)
+    ms = []
+    headers = {"Authorization": f"Bearer {shared.key}"}
+    with httpx.Client(base_url=shared.url, timeout=60, headers=headers) as http:
+        for n in range(calls):
+            conversation = shared.conversations[n % len(shared.conversations)]
+            body = {"user_message": sentence(rng), "token_budget": BUDGETS[n % len(BUDGETS)]}
+            started = time.perf_counter()
+            response = http.post(f"/api/v1/conversations/{conversation}/context", json=body)
+            if response.status_code == 200:
+                ms.append((time.perf_counter() - started) * 1000)
+    return ms

@@ -57,6 +57,8 @@ def summary(result: dict[str, Any]) -> list[list[str]]:
     names = "yes" if shared.names else "no (the server refused `name`: unknown field)"
     lag = f"{percentile(lags, 50):.1f} s / {percentile(lags, 99):.1f} s"
     context_ms = f"{percentile(context, 50):.1f} ms / {percentile(context, 99):.1f} ms"
+    quiet = result["quiet_context"]
+    quiet_ms = f"{percentile(quiet, 50):.1f} ms / {percentile(quiet, 99):.1f} ms ({len(quiet)} calls)"
     return [
         ["requests by status", ", ".join(f"{s}: {n}" for s, n in sorted(statuses.items()))],
         ["responses >= 500 (and failed connections)", str(failed)],
@@ -69,6 +71,7 @@ def summary(result: dict[str, Any]) -> list[list[str]]:
         ["tasks left queued", str(result["queued"])],
         ["memory agent caught up", result["agent"]],
         ["context p50 / p99 (all budgets)", context_ms],
+        ["baseline: context p50 / p99 after the load, one client", quiet_ms],
         ["server RSS start / warm / end", f"{start:.0f} / {at_warm:.0f} / {end:.0f} MB ({growth:+.1f} %)"],
         ["PostgreSQL autovacuum", result["stack"].autovacuum],
         ["machine load average (5 min) at the end of the load", f"{result['load_average']:.1f}"],

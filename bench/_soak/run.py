@@ -14,7 +14,7 @@ import httpx
 import redis
 
 from bench._common import log
-from bench._soak.clients import Client, Shared, names_accepted, warm_up
+from bench._soak.clients import Client, Shared, names_accepted, quiet_context_ms, warm_up
 from bench._soak.stack import Stack
 from bench._soak.store import Store
 
@@ -110,6 +110,7 @@ def run(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
             "drained": drained,
             "queued": queued_tasks(stack),
             "agent": agent_caught_up(shared),
+            "quiet_context": quiet_context_ms(shared),
             "stored": store.messages(),
             "vectors": store.vector_times(),
         }
