@@ -173,13 +173,13 @@ def compaction_schedule(state: ContextState, *, history_budget: int, summary_bud
         and state.history_until is None
         and not any(d.block == "B6" for d in state.dropped)
     )
-    loaded = sum(m.token_count for m in state.layout.history)
-    due = loaded >= cfg.background * budget  # the part read already may be enough to say so
-    if not loaded_all and compaction_queued(state.conversation):
+    if loaded_all:
+        history = sum(m.token_count for m in state.layout.history)
+    elif compaction_queued(state.conversation):
         return  # one is on its way: summing the history (thousands of rows when it lags) would only say so
-    if not (due or loaded_all):
-        due = history_tokens(state.conversation, cut=state.boundary_seq) >= cfg.background * budget
-    if due:
+    else:
+        history = history_tokens(state.conversation, cut=state.boundary_seq)
+    if history >= cfg.background * budget:
         # Once the call has committed, not inside it: compaction_request locks the compaction-state row, and a
         # call holding it until its commit (which checks its new rows' keys against the conversation row a
         # running compaction holds, while that compaction waits for the state row) deadlocked on PostgreSQL.
