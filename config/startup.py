@@ -47,13 +47,11 @@ def malloc_arenas_cap(arenas: int) -> bool:
     request threads start; returns whether glibc took it (False on another C library)."""
     if arenas <= 0:
         return False
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name) if name else None
-        mallopt = libc.mallopt if libc is not None else None
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to cap
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
+    except (OSError, AttributeError):  # a C library without mallopt (macOS): nothing to cap
         return False
-    return bool(mallopt is not None and mallopt(M_ARENA_MAX, arenas) == 1)
+    return bool(mallopt(M_ARENA_MAX, arenas) == 1)
 
 
 def caches_warm() -> threading.Thread | None:

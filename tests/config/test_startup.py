@@ -128,5 +128,6 @@ def arenas_used(cap: int) -> tuple[str, int]:
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc arenas are glibc's")
 def test_a_server_caps_malloc_arenas_so_its_threads_share_them():
     taken, arenas = arenas_used(0)
-    assert (taken, arenas > 2) == ("False", True)  # glibc's default: each new thread gets an arena of its own
+    assert taken == "False"
+    assert arenas > 2  # glibc's default: each new thread gets an arena of its own
     assert arenas_used(2) == ("True", 2)
