@@ -121,11 +121,14 @@ class ConversationIndex:
             rows = _NEW_MESSAGES.run(conversation_id=self.conversation_id, after=self.indexed_seq)
         else:  # the whole history, in chunks
             rows = _new_messages(self.conversation_id, 0).iterator(chunk_size=2000)
+        added = len(self.messages)
         for row in rows:
             self._add(*row)
         self._sync_vectors()
         if whole and self.indexed_seq:
             keep_out_of_collections()
+        elif len(self.messages) > added:
+            _caught_up(len(self.messages) - added)
 
     def stale(self) -> bool:
         """An incomplete (streamed, cut off) message was amended or completed since it was indexed."""
@@ -200,6 +203,23 @@ class ConversationIndex:
             self.missing_vectors.discard(position)
 
 
+# Catch-up reads add a few messages at a time, and their objects pile up where full collections walk them:
+# once this many have been added in the process since the last freeze, they are frozen too
+# (keep_out_of_collections), so that no full collection walks more than about this many messages' objects.
+FREEZE_EVERY_MESSAGES = 1000
+_unfrozen = [0]  # messages added by catch-up reads since the last freeze, in this process
+_unfrozen_lock = threading.Lock()
+
+
+def _caught_up(messages: int) -> None:
+    """Count messages a catch-up read added; freeze them (and all else alive) every FREEZE_EVERY_MESSAGES."""
+    with _unfrozen_lock:
+        _unfrozen[0] += messages
+        if _unfrozen[0] < FREEZE_EVERY_MESSAGES:
+            return
+    keep_out_of_collections()
+
+
 def keep_out_of_collections() -> None:
     """Move what this process holds now out of the cyclic garbage collector's view (gc.freeze): an index is
     tens of thousands of long-lived objects, and each full collection walked all of them: a pause on one
@@ -208,6 +228,8 @@ def keep_out_of_collections() -> None:
     locked for every other connection. It walks only what is not frozen yet, so after the first index it is
     short. Frozen objects are still freed when nothing refers to them (an index dropped from the cache goes
     as before)."""
+    with _unfrozen_lock:
+        _unfrozen[0] = 0
     gc.collect()
     gc.freeze()
 

@@ -197,9 +197,30 @@ def test_a_whole_index_is_kept_out_of_the_garbage_collectors_walks(conversation)
         frozen = gc.get_freeze_count()
         append(conversation, {"role": "user", "content": "The blue kettle is in the shed."})
         assert conversation_index(conversation.id) is index
-        assert gc.get_freeze_count() <= frozen  # catch-up only
+        assert gc.get_freeze_count() <= frozen  # one message caught up: no full collection for it
     finally:
         gc.unfreeze()  # the other tests' objects go back to the collector whatever happened here
+
+
+def test_messages_caught_up_are_frozen_once_enough_have_piled_up(conversation, monkeypatch):
+    """Catch-up reads freeze too, every FREEZE_EVERY_MESSAGES messages added in the process: full collections
+    never walk more than about that many messages' objects, however long the server runs."""
+    import gc
+
+    monkeypatch.setattr(history_index, "FREEZE_EVERY_MESSAGES", 3)
+    append(conversation, {"role": "user", "content": "The red kettle is in the attic."})
+    try:
+        conversation_index(conversation.id)  # the whole read freezes and starts the count again
+        counts = []
+        for colour in ("blue", "green", "white"):
+            frozen = gc.get_freeze_count()
+            append(conversation, {"role": "user", "content": f"The {colour} kettle is in the shed."})
+            conversation_index(conversation.id)
+            counts.append(gc.get_freeze_count() > frozen)
+        assert counts == [False, False, True]
+        assert history_index._unfrozen == [0]
+    finally:
+        gc.unfreeze()
 
 
 def _unit(*values: float):
