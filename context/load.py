@@ -10,15 +10,21 @@ from context.history import history_load
 from context.models import AgentProfile, ConversationContext
 from context.state import ContextRequest, ContextState
 from conversations.models import Conversation, Message
+from knowledge.attachments import attachments_reads
+from memory.selectors import core_memory_blocks_reads
+from memory.services import core_memory_snapshot_reads
+from memory.state import task_state_reads
 from prefix_cache.accounting import count_cached
 from prefix_cache.provenance import AgentProfileSource
 from prefix_cache.rendering import Item
 from providers.embeddings import embed_query_ahead
 from providers.model_table import is_known_model, model_info
+from retrieval.find import retrieval_reads
 from retrieval.questions import focused
+from summaries.selectors import history_start_reads
 from tenants.errors import ApplicationError
 from tenants.settings_schema import settings_read
-from tenants.statements import FixedQuery
+from tenants.statements import FixedQuery, Read
 
 PROVIDER_FORMAT = {"openai": "openai", "anthropic": "anthropic", "google": "gemini"}
 
@@ -33,6 +39,26 @@ _DEFAULT_PROFILE = FixedQuery(
     lambda tenant_id: AgentProfile.objects.filter(tenant_id=tenant_id, is_default=True).order_by("pk")[:1],
     tenant_id=uuid.uuid4(),
 )
+
+
+def call_reads(conversation: Conversation, *, retrieval: bool) -> list[Read]:
+    """The small reads every context call makes whatever its question, read ahead in one round trip
+    (tenants.statements.read_ahead): its state and default profile, B4's boundary and segments, B2a's
+    snapshot and blocks, B3's task state, the attachments' existence, and with `retrieval` the retrieve
+    stage's own. Each stays where it is used; this only lists them."""
+    c = conversation
+    reads: list[Read] = [
+        (_CONTEXT_STATE, {"conversation_id": c.pk}),
+        (_DEFAULT_PROFILE, {"tenant_id": c.tenant_id}),
+        *history_start_reads(c),
+        *task_state_reads(c),
+        *attachments_reads(c),
+    ]
+    if c.end_user_id is not None:
+        reads += [*core_memory_snapshot_reads(c), *core_memory_blocks_reads(c.end_user_id)]
+    if retrieval:
+        reads += retrieval_reads(c)
+    return reads
 
 
 def _context_state(conversation: Conversation) -> tuple[ConversationContext, bool]:

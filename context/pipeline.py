@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from context import sources
 from context.decay import attachments_decay
-from context.load import prepare, question_and_blocks_load
+from context.load import call_reads, prepare, question_and_blocks_load
 from context.placement import budget_fit
 from context.prefix import prefix_hint
 from context.retrieved import load_retrieval
@@ -24,6 +24,7 @@ from providers.embeddings import embed_query_ahead
 from providers.faults import service_faults
 from providers.metrics import context_stages_observe
 from retrieval.questions import focused
+from tenants.statements import read_ahead
 
 STAGES = ("load", "overlay", "rewrite", "retrieve", "decay", "budget", "render", "hint")
 
@@ -65,11 +66,13 @@ def context_assemble(*, conversation: Conversation, request: ContextRequest) -> 
         # A question sent as text is known before anything is read: the local model embeds it while prepare
         # and the load stage read the database (a stored question starts in the load stage).
         embed_query_ahead(focused(request.user_message))
-    state = prepare(conversation=conversation, request=request)
-    for name in STAGES:
-        started = time.perf_counter()
-        STAGE_FUNCTIONS[name](state)
-        state.timings[name] = round((time.perf_counter() - started) * 1000, 3)
+    # The stages' small reads in one round trip; the writes after them read afresh.
+    with read_ahead(call_reads(conversation, retrieval=sources.retrieval_requested(request))):
+        state = prepare(conversation=conversation, request=request)
+        for name in STAGES:
+            started = time.perf_counter()
+            STAGE_FUNCTIONS[name](state)
+            state.timings[name] = round((time.perf_counter() - started) * 1000, 3)
     writes_apply(state)
     # Redis faults this request rode out (cache, broker, lock; providers.faults), work queued on commit too.
     for code, message in service_faults():

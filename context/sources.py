@@ -132,10 +132,14 @@ def retrieval_enabled(state: ContextState) -> bool:
     return retrieval_wanted(state.request, state.layout.user_message)
 
 
+def retrieval_requested(request: ContextRequest) -> bool:
+    """Whether the request leaves retrieval on (it is, unless it says otherwise)."""
+    return bool((request.retrieval or {}).get("enabled", True))
+
+
 def retrieval_wanted(request: ContextRequest, question: str) -> bool:
     """Whether the request's question (its text, or the stored message it names) is searched for."""
-    options = request.retrieval or {}
-    return bool(options.get("enabled", True) and question.strip())
+    return retrieval_requested(request) and bool(question.strip())
 
 
 def rewrite_query(state: ContextState) -> None:

@@ -26,7 +26,7 @@ from conversations.parts import iter_image_parts
 from knowledge.models import Chunk, Document
 from knowledge.vision import descriptions_by_sha256, human_size, offline_description
 from providers.tokens import truncate_text
-from tenants.statements import FixedQuery
+from tenants.statements import FixedQuery, Read
 
 PRIORITIES = ("P0", "P1", "P2", "P3")
 LEVELS = ("content", "description", "summary", "name")
@@ -97,20 +97,26 @@ def conversation_attachments(query: AttachmentQuery) -> Found:
     return Found(documents + images, skipped + image_rows.skipped)
 
 
+def attachments_reads(conversation: Conversation) -> list[Read]:
+    """_stored's reads (any document, any image), also for reading them ahead (tenants.statements)."""
+    own, tenant_id, end_user_id = conversation.pk, conversation.tenant_id, conversation.end_user_id
+    if end_user_id is None:
+        return [
+            (_CONVERSATION_DOCUMENT, {"conversation_id": own, "tenant_id": tenant_id}),
+            (_CONVERSATION_IMAGE, {"conversation_id": own, "tenant_id": tenant_id}),
+        ]
+    return [
+        (_END_USER_DOCUMENT, {"conversation_id": own, "tenant_id": tenant_id, "end_user_id": end_user_id}),
+        (_END_USER_IMAGE, {"tenant_id": tenant_id, "end_user_id": end_user_id}),
+    ]
+
+
 def _stored(conversation: Conversation) -> tuple[bool, bool]:
     """Whether the conversation or its end user has any document, and any image. Most have neither, many
     only one kind, and a plain EXISTS costs a fraction of a kind's candidate reads below (ordered, joined,
     several queries)."""
-    own, tenant_id, end_user_id = conversation.pk, conversation.tenant_id, conversation.end_user_id
-    if end_user_id is None:
-        return (
-            bool(_CONVERSATION_DOCUMENT.run(conversation_id=own, tenant_id=tenant_id)),
-            bool(_CONVERSATION_IMAGE.run(conversation_id=own, tenant_id=tenant_id)),
-        )
-    return (
-        bool(_END_USER_DOCUMENT.run(conversation_id=own, tenant_id=tenant_id, end_user_id=end_user_id)),
-        bool(_END_USER_IMAGE.run(tenant_id=tenant_id, end_user_id=end_user_id)),
-    )
+    documents, images = (bool(query.run(**values)) for query, values in attachments_reads(conversation))
+    return documents, images
 
 
 # _stored's reads, as fixed statements (tenants.statements): run on every context call, where Django

@@ -17,7 +17,7 @@ from memory.models import (
     MemoryOperation,
 )
 from tenants.models import EndUser
-from tenants.statements import FixedQuery
+from tenants.statements import FixedQuery, Read
 
 
 def label_order(label: str) -> tuple[int, str]:
@@ -95,6 +95,16 @@ _ARCHIVAL_EXISTS = FixedQuery(
     ).values_list("pk", flat=True)[:1],
     end_user_id=-7_000_001,
 )
+
+
+def core_memory_blocks_reads(end_user_id: int) -> list[Read]:
+    """core_memory_blocks_current's read, for reading it ahead (tenants.statements)."""
+    return [(_CURRENT_BLOCKS, {"end_user_id": end_user_id})]
+
+
+def archival_exists_reads(end_user_id: int) -> list[Read]:
+    """archival_exists' read, for reading it ahead (tenants.statements)."""
+    return [(_ARCHIVAL_EXISTS, {"end_user_id": end_user_id})]
 
 
 def core_memory_blocks_current(*, end_user_id: int) -> list[CoreMemoryBlock]:

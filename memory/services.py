@@ -19,7 +19,7 @@ from memory.models import (
 )
 from tenants.errors import ApplicationError
 from tenants.models import EndUser
-from tenants.statements import FixedQuery
+from tenants.statements import FixedQuery, Read
 
 
 def operation_log(
@@ -211,6 +211,11 @@ _SNAPSHOT = FixedQuery(
     lambda conversation_id: CoreMemorySnapshot.objects.filter(conversation_id=conversation_id)[:1],
     conversation_id=uuid.UUID(int=0x5A7),
 )
+
+
+def core_memory_snapshot_reads(conversation: Conversation) -> list[Read]:
+    """The snapshot read of a context call, for reading it ahead (tenants.statements)."""
+    return [(_SNAPSHOT, {"conversation_id": conversation.pk})]
 
 
 def core_memory_snapshot_get(*, conversation: Conversation, boundary_seq: int) -> CoreMemorySnapshot:

@@ -16,7 +16,7 @@ from rest_framework import status
 from conversations.models import Conversation
 from memory.models import StateEvent, TaskState
 from tenants.errors import ApplicationError
-from tenants.statements import FixedQuery
+from tenants.statements import FixedQuery, Read
 
 SESSION_PROFILE_KEY = "session_profile"
 MAX_STATE_CHARS = 200_000
@@ -93,6 +93,11 @@ _TASK_STATE = FixedQuery(
     lambda conversation_id: TaskState.objects.filter(conversation_id=conversation_id).order_by("pk")[:1],
     conversation_id=uuid.uuid4(),
 )
+
+
+def task_state_reads(conversation: Conversation) -> list[Read]:
+    """state_overlay's first read, for reading it ahead (tenants.statements)."""
+    return [(_TASK_STATE, {"conversation_id": conversation.pk})]
 
 
 def state_overlay(*, conversation: Conversation) -> Overlay:

@@ -6,7 +6,7 @@ from datetime import date
 from typing import Any
 
 from conversations.models import Conversation, Message
-from memory.selectors import archival_exists
+from memory.selectors import archival_exists, archival_exists_reads
 from providers.dates import annotate
 from providers.embeddings import embed_query
 from retrieval.archival import archival_search
@@ -20,13 +20,26 @@ from retrieval.candidates import (
     Scope,
 )
 from retrieval.history import ConversationIndex, conversation_index, lexical_shares
-from retrieval.knowledge_candidates import knowledge_candidates
-from retrieval.other_conversations import recall_other_conversations
+from retrieval.knowledge import knowledge_reads
+from retrieval.knowledge_candidates import image_reads, knowledge_candidates
+from retrieval.other_conversations import other_conversations_reads, recall_other_conversations
 from retrieval.questions import focused
 from retrieval.this_conversation import MIN_RELEVANCE, history_hits
+from tenants.statements import Read
 
 ARCHIVAL_CANDIDATES = 8
 OTHER_CONVERSATION_CANDIDATES = 8
+
+
+def retrieval_reads(conversation: Conversation) -> list[Read]:
+    """The fixed reads candidates_find makes whatever the question, for reading them ahead
+    (tenants.statements): the other conversations' list, the knowledge index's freshness, the images, whether
+    any archival memory exists."""
+    reads = [*other_conversations_reads(conversation), *knowledge_reads(conversation.tenant_id)]
+    reads += image_reads(conversation)
+    if conversation.end_user_id is not None:
+        reads += archival_exists_reads(conversation.end_user_id)
+    return reads
 
 
 def candidates_find(*, question: str, expansion: str, scope: Scope, room: int) -> Found:

@@ -35,7 +35,7 @@ from retrieval.vectors.store import (
     VectorStore,
     VectorStoreUnavailable,
 )
-from tenants.statements import FixedQuery
+from tenants.statements import FixedQuery, Read
 
 FUSION_DEPTH = 200
 LEXICAL_WEIGHT = 1.0
@@ -64,6 +64,11 @@ _FINGERPRINT = FixedQuery(
     ),
     tenant_id=uuid.uuid4(),
 )
+
+
+def knowledge_reads(tenant_id: Any) -> list[Read]:
+    """What tells whether the tenant's index is current, for reading it ahead (tenants.statements)."""
+    return [(_FINGERPRINT, {"tenant_id": tenant_id})]
 
 
 class KnowledgeIndex:

@@ -15,7 +15,7 @@ from retrieval.candidates import ChunkHit, Degradation, ImageHit
 from retrieval.knowledge import knowledge_search
 from retrieval.ranking import Postings
 from retrieval.vectors.degraded import VECTOR_STORE_UNAVAILABLE
-from tenants.statements import FixedQuery
+from tenants.statements import FixedQuery, Read
 
 CANDIDATES = 8
 IMAGE_CANDIDATES = 4
@@ -79,6 +79,11 @@ _IMAGES = FixedQuery(
     ),
     conversation_id=uuid.uuid4(),
 )
+
+
+def image_reads(conversation: Conversation) -> list[Read]:
+    """image_candidates' first read, for reading it ahead (tenants.statements)."""
+    return [(_IMAGES, {"conversation_id": conversation.pk})]
 
 
 def image_candidates(

@@ -25,7 +25,7 @@ from retrieval.lexical import (
     tsquery,
 )
 from retrieval.ranking import rrf
-from tenants.statements import FixedQuery
+from tenants.statements import FixedQuery, Read
 
 # Only the query's rarer words select messages (retrieval.lexical.selective: about RECALL_MATCH_BUDGET matches
 # expected); the database ranks their matches (ts_rank_cd / bm25()) and BM25 re-ranks its best RECALL_RERANK,
@@ -130,10 +130,18 @@ _OTHERS = FixedQuery(
 )
 
 
+def other_conversations_reads(conversation: Conversation) -> list[Read]:
+    """The list of the end user's other conversations, for reading it ahead (tenants.statements)."""
+    c = conversation
+    if c.end_user_id is None:
+        return []
+    return [(_OTHERS, {"tenant_id": c.tenant_id, "end_user_id": c.end_user_id, "conversation_id": c.pk})]
+
+
 def _other_conversations(conversation: Conversation) -> dict[Any, tuple[str, int]]:
     """The end user's other conversations in the tenant, newest first: id -> (title, last seq)."""
-    c = conversation
-    rows = _OTHERS.run(tenant_id=c.tenant_id, end_user_id=c.end_user_id, conversation_id=c.pk)
+    [(query, values)] = other_conversations_reads(conversation)
+    rows = query.run(**values)
     return {pk: (title, last_seq) for pk, title, last_seq in rows}
 
 

@@ -13,7 +13,7 @@ from summaries.models import CompactionState, SummarySegment
 from summaries.prompts import TEMPLATE_VERSION
 from tenants.models import Tenant
 from tenants.scoping import access_object
-from tenants.statements import FixedQuery
+from tenants.statements import FixedQuery, Read
 
 # compactMetadata key of a boundary: the last seq the compaction summarised. The boundary itself is
 # appended at the end of the transcript (seq is assigned on write), so B6 resumes after this seq, not after
@@ -41,6 +41,14 @@ _LIVE_SEGMENTS = FixedQuery(
     ).order_by("start_seq", "level"),
     conversation_id=uuid.uuid4(),
 )
+
+
+def history_start_reads(conversation: Conversation) -> list[Read]:
+    """The boundary and live segments reads of a context call, for reading them ahead (tenants.statements)."""
+    return [
+        (_LAST_BOUNDARY, {"conversation_id": conversation.pk}),
+        (_LIVE_SEGMENTS, {"conversation_id": conversation.pk}),
+    ]
 
 
 def boundary_last(conversation: Conversation | Any) -> tuple[int, int]:

@@ -4,10 +4,11 @@ values (converted the same way), and refuse what it cannot compile faithfully.""
 import uuid
 
 import pytest
+from django.db import connection
 
 from conversations.models import Message
 from summaries.models import SummarySegment
-from tenants.statements import FixedQuery, column_by_pk
+from tenants.statements import FixedQuery, column_by_pk, read_ahead
 from tests.factories import ConversationFactory, MessageFactory
 
 pytestmark = pytest.mark.django_db
@@ -100,3 +101,70 @@ def test_a_column_by_many_keys_is_what_the_orm_reads_in_one_query(django_assert_
     assert got == {str(m.pk): m.content for m in messages}  # keys as str(uuid); an unknown key is left out
     with django_assert_num_queries(0):
         assert column_by_pk(Message, "content", []) == {}
+
+
+SEQS = FixedQuery(
+    lambda conversation_id: Message.objects.filter(conversation_id=conversation_id).values_list(
+        "seq", flat=True
+    ),
+    conversation_id=uuid.uuid4(),
+)
+postgresql_only = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="pipeline mode is PostgreSQL's"
+)
+
+
+@postgresql_only
+def test_reads_ahead_answer_once_each_with_what_the_orm_gives(django_assert_num_queries):
+    first, second = ConversationFactory(), ConversationFactory()
+    for seq in (1, 2):
+        MessageFactory(conversation=first, seq=seq)
+    expected, expected_after_1 = list(_messages(first.pk, 0)), list(_messages(first.pk, 1))
+    reads = [
+        (ROWS, {"conversation_id": first.pk, "after": 0}),
+        (ROWS, {"conversation_id": str(second.pk), "after": 0}),  # a string id is the same read
+        (SEQS, {"conversation_id": first}),
+    ]
+    with django_assert_num_queries(3):  # sent together (pipeline mode), each still logged as a query
+        block = read_ahead(reads)
+        block.__enter__()
+    try:
+        with django_assert_num_queries(0):
+            assert ROWS.run(conversation_id=str(first.pk), after=0) == expected
+            assert ROWS.run(conversation_id=second.pk, after=0) == []
+            assert sorted(SEQS.run(conversation_id=first.pk)) == [1, 2]
+        with django_assert_num_queries(1):  # handed out once: a second run reads again
+            assert sorted(SEQS.run(conversation_id=first.pk)) == [1, 2]
+        with django_assert_num_queries(1):  # other values were not read ahead
+            assert ROWS.run(conversation_id=first.pk, after=1) == expected_after_1
+    finally:
+        block.__exit__(None, None, None)
+    with django_assert_num_queries(1):  # after the block every read runs
+        ROWS.run(conversation_id=first.pk, after=0)
+
+
+@postgresql_only
+def test_a_read_ahead_that_fails_leaves_each_read_to_run_and_fail_where_it_is_asked_for():
+    conversation = ConversationFactory()
+    MessageFactory(conversation=conversation, seq=3)
+    too_large = 2**63  # beyond bigint: the database refuses the parameter
+    with read_ahead(
+        [
+            (SEQS, {"conversation_id": conversation.pk}),
+            (ROWS, {"conversation_id": conversation.pk, "after": too_large}),
+        ]
+    ):
+        assert SEQS.run(conversation_id=conversation.pk) == [3]
+        with pytest.raises(Exception):  # noqa: B017 - whatever the driver raises, as without reading ahead
+            ROWS.run(conversation_id=conversation.pk, after=too_large)
+    assert SEQS.run(conversation_id=conversation.pk) == [3]  # the connection is usable
+
+
+@pytest.mark.skipif(connection.vendor == "postgresql", reason="SQLite answers in process")
+def test_sqlite_reads_nothing_ahead(django_assert_num_queries):
+    conversation = ConversationFactory()
+    MessageFactory(conversation=conversation, seq=1)
+    with django_assert_num_queries(0), read_ahead([(SEQS, {"conversation_id": conversation.pk})]):
+        pass
+    with read_ahead([(SEQS, {"conversation_id": conversation.pk})]), django_assert_num_queries(1):
+        assert SEQS.run(conversation_id=conversation.pk) == [1]
