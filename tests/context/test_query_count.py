@@ -64,3 +64,27 @@ def test_a_held_row_that_does_not_match_is_read_from_the_database(owner, convers
     state = _assemble(conversation, user_message="", user_message_id=question.id, user_message_row=held)
     assert state.layout.user_message == "the question"
     assert state.history_until == question.seq - 1
+
+
+def test_every_read_a_call_reads_ahead_is_one_it_makes(owner, conversation, monkeypatch):
+    """call_reads lists reads for reading them ahead; one the stages no longer make would cost every call
+    a statement for nothing (and one they make with other values would be read twice)."""
+    from context.load import call_reads
+    from tenants import statements
+
+    exchanges(conversation, 3)
+    made = []
+    run = statements.FixedQuery.run
+
+    def recording(self, *, using="default", **values):
+        made.append((self, statements._key(self.bound(using, values)[1])))
+        return run(self, using=using, **values)
+
+    monkeypatch.setattr(statements.FixedQuery, "run", recording)
+    _assemble(conversation, user_message="what did we decide about the export job?")
+    listed = [
+        (query, statements._key(query.bound("default", values)[1]))
+        for query, values in call_reads(conversation, retrieval=True)
+    ]
+    assert len(listed) == len(set(listed))
+    assert [read for read in listed if read not in made] == []
