@@ -4,7 +4,8 @@ values (converted the same way), and refuse what it cannot compile faithfully.""
 import uuid
 
 import pytest
-from django.db import connection
+from django.db import DataError, connection
+from django.db.models.expressions import RawSQL
 
 from conversations.models import Message
 from summaries.models import SummarySegment
@@ -143,20 +144,29 @@ def test_reads_ahead_answer_once_each_with_what_the_orm_gives(django_assert_num_
         ROWS.run(conversation_id=first.pk, after=0)
 
 
+# 1 / divisor: a divisor of 0 fails in the database (a statement that fails as sent).
+RATIOS = FixedQuery(
+    lambda conversation_id, divisor: Message.objects.filter(conversation_id=conversation_id).values_list(
+        RawSQL("1 / %s", (divisor,))
+    ),
+    conversation_id=uuid.uuid4(),
+    divisor=7_123_456_789_019,
+)
+
+
 @postgresql_only
+@pytest.mark.django_db(
+    transaction=True
+)  # autocommit, as a request runs: a failed statement ends nothing else
 def test_a_read_ahead_that_fails_leaves_each_read_to_run_and_fail_where_it_is_asked_for():
     conversation = ConversationFactory()
     MessageFactory(conversation=conversation, seq=3)
-    too_large = 2**63  # beyond bigint: the driver cannot send it
-    with read_ahead(
-        [
-            (SEQS, {"conversation_id": conversation.pk}),
-            (ROWS, {"conversation_id": conversation.pk, "after": too_large}),
-        ]
-    ):
+    failing = (RATIOS, {"conversation_id": conversation.pk, "divisor": 0})
+    with read_ahead([(SEQS, {"conversation_id": conversation.pk}), failing]):
         assert SEQS.run(conversation_id=conversation.pk) == [3]
-        with pytest.raises(OverflowError):  # as the read raises without reading ahead
-            ROWS.run(conversation_id=conversation.pk, after=too_large)
+        with pytest.raises(DataError):  # division by zero, as the read raises without reading ahead
+            RATIOS.run(conversation_id=conversation.pk, divisor=0)
+        assert RATIOS.run(conversation_id=conversation.pk, divisor=1) == [(1,)]
     assert SEQS.run(conversation_id=conversation.pk) == [3]  # the connection is usable
 
 
