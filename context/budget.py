@@ -61,6 +61,13 @@ class Budget:
     compaction_history: int = 0  # the history budget a compaction queued by this call is sized for
     compaction_summaries: int = 0  # the summaries' budget that compaction's roll-ups are sized for
 
+    @property
+    def retrieval_room(self) -> int:
+        """The most B5 can take in this call: its cap, and never more than the room (what the other blocks
+        take comes out of the room before B5 fills what is left). Retrieval reads for this much, not for a
+        cap far above what the call's budget could ever hold."""
+        return min(self.room, self.retrieval_cap)
+
     def attachments_allowance(self, layout: Layout, *, has_hits: bool) -> int:
         """Tokens the attachments may take: what the room leaves after the history (at most its allowance),
         the summaries (at most their cap), the task state and the session profile; half of it when retrieval

@@ -41,8 +41,8 @@ def stage_rewrite(state: ContextState) -> None:
 
 def stage_retrieve(state: ContextState) -> None:
     """Retrieval candidates for B5 (archival memories, the whole history, other conversations), best first;
-    the budget stage places them (as many as the most B5 may take could use)."""
-    load_retrieval(state, room=state.shares.retrieval_cap)
+    the budget stage places them (as many as the most B5 can take in this call could use)."""
+    load_retrieval(state, room=state.shares.retrieval_room)
 
 
 def stage_render(state: ContextState) -> None:
