@@ -160,6 +160,30 @@ _END_USER_IMAGE = FixedQuery(
 )
 
 
+def _candidates_of(scope: Q, conversation_id: Any, tenant_id: Any) -> QuerySet[Any]:
+    """_document_candidates' read: this conversation's documents first, then the newest."""
+    own_first = Case(When(conversation_id=conversation_id, then=Value(0)), default=Value(1))
+    return Document.objects.filter(scope, tenant_id=tenant_id).order_by(own_first, "-created_at", "-id")[
+        : THIS_CONVERSATION_LIMIT + NAME_CANDIDATES_LIMIT
+    ]
+
+
+# Read on every context call of a conversation with documents: fixed statements, as _stored's.
+_CONVERSATION_DOCUMENTS = FixedQuery(
+    lambda conversation_id, tenant_id: _candidates_of(
+        Q(conversation_id=conversation_id), conversation_id, tenant_id
+    ),
+    **_SAMPLES,
+)
+_END_USER_DOCUMENTS = FixedQuery(
+    lambda conversation_id, tenant_id, end_user_id: _candidates_of(
+        Q(conversation_id=conversation_id) | Q(end_user_id=end_user_id), conversation_id, tenant_id
+    ),
+    **_SAMPLES,
+    end_user_id=7_123_456_789_005,
+)
+
+
 def _last_reply(query: AttachmentQuery) -> tuple[int, datetime.datetime | None]:
     """The seq and time of the last assistant reply before the question: what came after is this turn's."""
     replies = Message.objects.filter(
@@ -218,13 +242,11 @@ def _document_candidates(query: AttachmentQuery) -> tuple[list[Document], int]:
     their other conversations (P3, the newest OTHER_CONVERSATIONS_LIMIT; P1 when named) and of their library
     (only when named). One query, this conversation's first."""
     conversation = query.conversation
-    scope = Q(conversation=conversation)
-    if conversation.end_user_id is not None:
-        scope |= Q(end_user_id=conversation.end_user_id)
-    own_first = Case(When(conversation=conversation, then=Value(0)), default=Value(1))
-    documents = Document.objects.filter(scope, tenant_id=conversation.tenant_id).order_by(
-        own_first, "-created_at", "-id"
-    )[: THIS_CONVERSATION_LIMIT + NAME_CANDIDATES_LIMIT]
+    values: dict[str, Any] = {"conversation_id": conversation.pk, "tenant_id": conversation.tenant_id}
+    if conversation.end_user_id is None:
+        documents = _CONVERSATION_DOCUMENTS.run(**values)
+    else:
+        documents = _END_USER_DOCUMENTS.run(**values, end_user_id=conversation.end_user_id)
     rows: list[Document] = []
     own = others = skipped = 0
     for document in documents:
