@@ -1,6 +1,7 @@
 """Planning a compaction: how many tokens B6 holds, which of its oldest messages the next compaction
 summarises, and the raw messages of a range (the only input a summary is ever made from)."""
 
+import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -10,6 +11,7 @@ from django.utils import timezone
 from conversations.models import Conversation, Message
 from summaries.conf import CompactionConfig
 from summaries.selectors import boundary_last
+from tenants.statements import FixedQuery
 
 
 @dataclass
@@ -28,10 +30,22 @@ class Plan:
 def history_tokens(conversation: Conversation, *, cut: int | None = None) -> int:
     """Tokens of B6: the messages after the last boundary (`cut`, when the caller has read it already)."""
     cut = boundary_last(conversation)[1] if cut is None else cut
-    total = Message.objects.filter(
-        conversation=conversation, kind=Message.Kind.MESSAGE, seq__gt=cut
-    ).aggregate(tokens=Sum("token_count"))["tokens"]
-    return total or 0
+    return _HISTORY_TOKENS.first(conversation_id=conversation.pk, cut=cut) or 0
+
+
+# Summed on context calls whose history outgrew the window: a fixed statement (tenants.statements). Grouped by
+# the conversation (one group, or no row when nothing follows the cut) so that the sum is a row it reads.
+_HISTORY_TOKENS = FixedQuery(
+    lambda conversation_id, cut: (
+        Message.objects.filter(conversation_id=conversation_id, kind=Message.Kind.MESSAGE, seq__gt=cut)
+        .order_by()
+        .values("conversation_id")
+        .annotate(tokens=Sum("token_count"))
+        .values_list("tokens", flat=True)
+    ),
+    conversation_id=uuid.UUID(int=0xC0DF),
+    cut=7_123_456_789_019,
+)
 
 
 def compaction_plan(

@@ -25,6 +25,7 @@ from summaries.services.compaction.plan import history_tokens
 from summaries.services.compaction.replay import replay_pending, segments_replay
 from summaries.services.compaction.run import compaction_run
 from summaries.services.compaction.write import CompactionStale
+from tenants.statements import FixedQuery
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +42,18 @@ def _stale_before() -> timedelta:
 
 def compaction_queued(conversation: Conversation) -> bool:
     """A compaction is queued and not stale (compaction_request would collapse another trigger into it)."""
-    stale = timezone.now() - _stale_before()
-    return CompactionState.objects.filter(pk=conversation.pk, queued_at__gte=stale).exists()
+    queued_at = _QUEUED_AT.first(conversation_id=conversation.pk)
+    return queued_at is not None and queued_at >= timezone.now() - _stale_before()
+
+
+# Asked by context calls whose history outgrew the window: a fixed statement (tenants.statements), the mark
+# compared here rather than in SQL, so that the statement does not change with the clock.
+_QUEUED_AT = FixedQuery(
+    lambda conversation_id: CompactionState.objects.filter(pk=conversation_id).values_list(
+        "queued_at", flat=True
+    )[:1],
+    conversation_id=uuid.UUID(int=0xC0DE),
+)
 
 
 def compaction_due(conversation: Conversation) -> bool:
