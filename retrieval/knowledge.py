@@ -9,6 +9,7 @@ on each search, and only when it moved are the new documents' chunks read and th
 Several server processes each keep their own copy; the database stays the only truth. With a vector engine
 (MNEMO_VECTOR_STORE=milvus) the index holds no vectors: the engine ranks the chunks by similarity."""
 
+import functools
 import threading
 import uuid
 from array import array
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Max, Sum
+from django.db.models import Count, F, Max, Sum
 
 from knowledge.identifiers import looks_like_a_name, query_terms, symbol_words, terms, trigrams
 from knowledge.models import Chunk, Document, scope_key
@@ -35,7 +36,7 @@ from retrieval.vectors.store import (
     VectorStore,
     VectorStoreUnavailable,
 )
-from tenants.statements import FixedQuery, Read
+from tenants.statements import FixedQuery, Read, list_samples, list_values
 
 FUSION_DEPTH = 200
 LEXICAL_WEIGHT = 1.0
@@ -286,16 +287,16 @@ def search(
         fused = fuse(rankings, eligible, FUSION_DEPTH)
         best = best_first(fused, limit * 2)  # room for chunks deleted meanwhile
         chunk_ids = [index.chunk_ids[i] for i in best.tolist()]
-    rows = Chunk.objects.defer("embedding").select_related("document").in_bulk(chunk_ids)
+    rows = _chunks(chunk_ids)
     hits = []
     for i, pk in zip(best.tolist(), chunk_ids, strict=True):
         chunk = rows.get(pk)
-        if chunk is None or chunk.document.status != Document.Status.READY:
+        if chunk is None or chunk.document_status != Document.Status.READY:
             continue
         hits.append(
             KnowledgeHit(
                 chunk=chunk,
-                document_name=chunk.document.name,
+                document_name=chunk.document_name,
                 score=round(float(fused[i]), 6),
                 lexical=round(float(lexical[i]), 4),
                 similarity=round(float(similarity[i]), 4),
@@ -303,6 +304,31 @@ def search(
             )
         )
     return hits[:limit]
+
+
+# Every context call of a tenant with documents reads its best chunks by key: a fixed statement
+# (tenants.statements) per size of the key list, in steps of CHUNK_READ_SLOTS (the places left hold 0, which
+# no chunk id is), with the document's name and status beside each chunk.
+CHUNK_READ_SLOTS = 16
+
+
+def _chunks(pks: list[int]) -> dict[int, Any]:
+    """{id: chunk} of the chunks of these ids still stored, each with `document_name` and
+    `document_status`."""
+    slots = max(1, -(-len(pks) // CHUNK_READ_SLOTS)) * CHUNK_READ_SLOTS
+    return {chunk.pk: chunk for chunk in _chunk_read(slots).run(**list_values("pk", pks, slots, 0))}
+
+
+@functools.cache
+def _chunk_read(slots: int) -> FixedQuery:
+    return FixedQuery(
+        lambda **pks: (
+            Chunk.objects.filter(pk__in=list(pks.values()))
+            .defer("embedding")
+            .annotate(document_name=F("document__name"), document_status=F("document__status"))
+        ),
+        **list_samples("pk", slots, 7_123_456_789_200),
+    )
 
 
 def _engine_hits(

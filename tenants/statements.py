@@ -3,13 +3,13 @@ proxied turn) makes, where Django building and compiling the SQL anew cost more 
 to answer (bench/context_latency.py --profile shows it).
 
 The sibling of tenants.scoping.ScopedRowLookup, for any queryset whose SQL depends only on which values
-are asked for, not on the values themselves (no `__in` lists, no None)."""
+are asked for, not on the values themselves (no None; an `__in` list only of a fixed length)."""
 
 import contextlib
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -31,12 +31,15 @@ class _Compiled:
     model: type[Model] | None  # rows become instances of this model
     attnames: list[str]
     flat: bool
+    annotations: tuple[tuple[str, int], ...] = ()  # model rows: (attribute, its column) set on each instance
 
 
 class FixedQuery:
     """`build(**samples)` is compiled once per database vendor; each run swaps the samples' positions in its
     parameters for the values given, and converts the rows as the ORM would (values_list tuples, flat values,
-    or plain model instances without select_related). The samples must be values no query would otherwise
+    or model instances with their annotations, without select_related). An `__in` list compiles to one
+    placeholder per value: it has a fixed number of slots (list_samples, list_values). The samples must be
+    values no query would otherwise
     hold (a fresh UUID, an odd integer): each must be found among the compiled parameters, or compiling
     fails loudly."""
 
@@ -60,14 +63,17 @@ class FixedQuery:
         if iterable not in (ModelIterable, ValuesListIterable, FlatValuesListIterable):
             raise ValueError(f"FixedQuery: {iterable.__name__} rows are not supported")
         fields = [s[0] for s in compiler.select[0 : compiler.col_count]]
-        model, attnames = None, []
+        model, attnames, annotations = None, [], ()
         if iterable is ModelIterable:
-            if compiler.klass_info.get("related_klass_infos") or compiler.annotation_col_map:
-                raise ValueError("FixedQuery: model rows without select_related or annotations only")
-            model, attnames = queryset.model, [f.target.attname for f in fields]
+            info = compiler.klass_info
+            if info.get("related_klass_infos") or info["select_fields"][0] != 0:
+                raise ValueError("FixedQuery: model rows without select_related or extra() only")
+            model = queryset.model
+            attnames = [f.target.attname for f in fields[: info["select_fields"][-1] + 1]]
+            annotations = tuple(compiler.annotation_col_map.items())
         return _Compiled(
             sql, tuple(params), tuple(slots), compiler, compiler.get_converters(fields), model, attnames,
-            iterable is FlatValuesListIterable,
+            iterable is FlatValuesListIterable, annotations,
         )  # fmt: skip
 
     def _prepared(self, using: str) -> _Compiled:
@@ -104,16 +110,38 @@ class FixedQuery:
         return rows[0] if rows else None
 
 
+def list_samples(name: str, slots: int, first: int) -> dict[str, int]:
+    """Samples for an `__in` list of integers with `slots` places: name0, name1, ... from `first` on."""
+    return {f"{name}{i}": first + i for i in range(slots)}
+
+
+def list_values(name: str, values: Sequence[Any], slots: int, filler: Any) -> dict[str, Any]:
+    """The values of such a list: `values`, then `filler` (a value no row holds) in the places left."""
+    if len(values) > slots:
+        raise ValueError(f"FixedQuery: {len(values)} values for {slots} places")
+    padded = [*values, *[filler] * (slots - len(values))]
+    return {f"{name}{i}": value for i, value in enumerate(padded)}
+
+
 def _rows(compiled: _Compiled, using: str, fetched: list[Any]) -> list[Any]:
     """Fetched rows as the ORM would give them."""
     rows: Any = fetched
     if compiled.converters:
         rows = compiled.compiler.apply_converters(fetched, compiled.converters)
     if compiled.model is not None:
-        return [compiled.model.from_db(using, compiled.attnames, row) for row in rows]
+        return [_instance(compiled, using, row) for row in rows]
     if compiled.flat:
         return [row[0] for row in rows]
     return [tuple(row) for row in rows] if compiled.converters else list(rows)
+
+
+def _instance(compiled: _Compiled, using: str, row: Any) -> Model:
+    """A model row as ModelIterable makes it: the model's columns first, then its annotations set on it."""
+    assert compiled.model is not None
+    instance = compiled.model.from_db(using, compiled.attnames, row[: len(compiled.attnames)])
+    for name, column in compiled.annotations:
+        setattr(instance, name, row[column])
+    return instance
 
 
 # --- read-ahead -------------------------------------------------------------------------------------------

@@ -5,11 +5,12 @@ import uuid
 
 import pytest
 from django.db import DataError, connection
+from django.db.models import F
 from django.db.models.expressions import RawSQL
 
 from conversations.models import Message
 from summaries.models import SummarySegment
-from tenants.statements import FixedQuery, column_by_pk, read_ahead
+from tenants.statements import FixedQuery, column_by_pk, list_samples, list_values, read_ahead
 from tests.factories import ConversationFactory, MessageFactory
 
 pytestmark = pytest.mark.django_db
@@ -59,6 +60,26 @@ def test_flat_values_and_model_rows():
     assert [getattr(message, f) for f in fields] == [getattr(expected, f) for f in fields]
     assert message._state.adding is False and message._state.db == "default"
     assert rows.first(conversation_id=uuid.uuid4()) is None
+
+
+def test_model_rows_carry_their_annotations_and_an_in_list_has_fixed_places(django_assert_num_queries):
+    conversation = ConversationFactory(title="Deploys")
+    messages = [MessageFactory(conversation=conversation, seq=seq) for seq in (1, 2, 3)]
+    by_seqs = FixedQuery(
+        lambda **seqs: (
+            Message.objects.filter(seq__in=list(seqs.values()))
+            .order_by("seq")
+            .annotate(title=F("conversation__title"))
+        ),
+        **list_samples("seq", 4, 7_123_456_789_301),
+    )
+    for asked in ([3, 1], [2], []):
+        with django_assert_num_queries(1):
+            rows = by_seqs.run(**list_values("seq", asked, 4, -1))
+        assert [m.pk for m in rows] == [m.pk for m in messages if m.seq in asked]
+        assert all(m.title == "Deploys" and m.conversation_id == conversation.pk for m in rows)
+    with pytest.raises(ValueError, match="5 values for 4 places"):
+        list_values("seq", [1, 2, 3, 4, 5], 4, -1)
 
 
 def test_a_sample_the_sql_does_not_carry_fails_loudly():
