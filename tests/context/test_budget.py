@@ -581,26 +581,3 @@ def test_a_long_reply_in_the_newest_exchange_is_shortened_and_retrieval_keeps_it
     assert {i["id"] for i in b5} >= {c.source.id for c in candidates}
     assert str(reply.id) in {i["id"] for i in b5}
     assert "health check FAILED on ledger-api" in body["messages"][-1]["content"]
-
-
-def test_retrieval_may_fill_small_budgets_and_is_held_small_at_large_ones():
-    """B5 sits in the uncached current message: at large budgets the cached history carries the prompt."""
-    cap = budget_rules.retrieval_cap
-    assert cap(2000) == cap(budget_rules.RETRIEVAL_FILL_BUDGET) == budget_rules.RETRIEVAL_FILL_TOKENS
-    assert cap(32000) == cap(budget_rules.RETRIEVAL_LARGE_BUDGET) == budget_rules.RETRIEVAL_LARGE_TOKENS
-    middle = (budget_rules.RETRIEVAL_FILL_BUDGET + budget_rules.RETRIEVAL_LARGE_BUDGET) // 2
-    assert budget_rules.RETRIEVAL_LARGE_TOKENS < cap(middle) < budget_rules.RETRIEVAL_FILL_TOKENS
-
-
-def test_retrieval_reads_for_what_b5_can_take_in_this_call_not_for_its_cap(conversation, monkeypatch):
-    """At a small budget the cap (8,000 tokens) is far above what the call could ever place: retrieval
-    reads hits for the room the fixed blocks leave; at a large budget, for the cap."""
-    exchanges(conversation, 2, tokens=50)
-    rooms = []
-    monkeypatch.setattr("context.pipeline.load_retrieval", lambda state, *, room: rooms.append(room))
-    for budget in (1000, 32000):
-        request = ContextRequest(user_message="What next?", token_budget=budget, record=False)
-        shares = context_assemble(conversation=conversation, request=request).shares
-        assert rooms.pop() == min(shares.room, shares.retrieval_cap)
-    assert shares.retrieval_room == budget_rules.RETRIEVAL_LARGE_TOKENS
-    assert budget_rules.Budget(room=700, retrieval_cap=8000).retrieval_room == 700
