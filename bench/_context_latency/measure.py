@@ -173,7 +173,10 @@ def query_breakdown(tenant: Any, s: Series, calls: int, show: bool) -> None:
         try:
             return execute(sql, params, many, context)
         finally:
-            texts.setdefault(len(current), sql)
+            # A fixed statement (tenants.statements) is a psycopg Composed, not a str.
+            texts.setdefault(
+                len(current), sql if isinstance(sql, str) else sql.as_string(connection.connection)
+            )
             current.append(time.perf_counter() - started)
 
     for _ in range(calls):
