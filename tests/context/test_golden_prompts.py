@@ -1,7 +1,7 @@
 """The golden prompt test: on a fixed corpus the context call returns the same prompts, byte for byte, as the
-ones recorded in `golden/` (one file with vectors, one without). A change that moves code without meaning to
-change behaviour must keep this test green; a change that means to change what a prompt holds re-records the
-files on purpose:
+ones recorded in `golden/` (one file without vectors; one with, its vectors in a file beside it). A change
+that moves code without meaning to change behaviour must keep this test green; a change that means to change
+what a prompt holds re-records the files on purpose:
 
     MNEMO_GOLDEN_RECORD=1 .venv/bin/pytest tests/context/test_golden_prompts.py
 
