@@ -40,7 +40,10 @@ def layer(monkeypatch):
     monkeypatch.setattr(events, "get_channel_layer", lambda: recording)
     # The publisher's loop makes a layer instance of its own: a fresh publisher, with this one.
     monkeypatch.setattr(events.channel_layers, "make_backend", lambda name: recording)
+    # Both restored afterwards: a test after this one must not send on the recording layer (the publisher
+    # returns its loop with the layer it made, and a restored loop would come back with this one).
     monkeypatch.setattr(events, "_publisher_loop", None)
+    monkeypatch.setattr(events, "_publisher_layer", None)
     monkeypatch.setattr(events, "_server_loop", None)
     return recording
 

@@ -64,7 +64,7 @@ def test_a_fetched_conversation_saves_like_an_orm_one():
     assert Conversation.objects.count() == 1
 
 
-@pytest.mark.parametrize("conversation_id", ["not-a-uuid", "", str(uuid.uuid4()), 12])
+@pytest.mark.parametrize("conversation_id", ["not-a-uuid", "", "5f0c4a1e-8d3b-4c2a-9e7f-1b2d3c4e5f60", 12])
 def test_malformed_or_unknown_ids_are_404(conversation_id):
     tenant = TenantFactory()
     ConversationFactory(tenant=tenant)

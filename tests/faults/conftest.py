@@ -19,7 +19,11 @@ from config.celery import app
 from providers import background
 
 REPO = Path(__file__).resolve().parents[2]
-SPARE_PORT = int(os.environ.get("MNEMO_FAULTS_REDIS_PORT", "6391"))
+# One port per pytest-xdist worker (gw0 on the first, gw1 on the next): each worker's fault tests stop and
+# start their own redis-server.
+SPARE_PORT = int(os.environ.get("MNEMO_FAULTS_REDIS_PORT", "6391")) + int(
+    os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+)
 
 
 def wait_for(
