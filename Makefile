@@ -30,9 +30,14 @@ run: demo
 	DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-config.django.local} \
 	$(BIN)/uvicorn config.asgi:application --host $(HOST) --port $(PORT) --lifespan off
 
+# The suites run on two processes (pytest-xdist), each test file on one of them, so a module's fixtures are
+# built once; each process has a test database and a Redis database of its own (config/django/test.py).
+# PYTEST_PARALLEL= runs them in one process.
+PYTEST_PARALLEL ?= -n 2 --dist loadfile
+
 # The suite with no services: SQLite in memory, local-memory cache, in-memory channels, eager Celery.
 test: install
-	env -u DATABASE_URL -u REDIS_URL $(BIN)/pytest -q $(PYTEST_ARGS)
+	env -u DATABASE_URL -u REDIS_URL $(BIN)/pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The admin in Chromium (tests/browser): fails, instead of skipping, without /usr/bin/chromium; a failing
 # test leaves screenshots in var/test-reports/. MNEMO_DOC_SCREENSHOTS=1 also rewrites docs/img/.
@@ -43,7 +48,7 @@ test-browser: install
 # The suite against the local PostgreSQL and Redis.
 test-services: install
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test} \
-	REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} $(BIN)/pytest -q
+	REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} $(BIN)/pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The API against its OpenAPI schema: schemathesis over every operation of the embedded server (.ci/schema-check).
 schema-check: install
