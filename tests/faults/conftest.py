@@ -17,6 +17,7 @@ from django.db import connection
 
 from config.celery import app
 from providers import background
+from tests.celery_conf import celery_conf_changed
 
 REPO = Path(__file__).resolve().parents[2]
 # One port per pytest-xdist worker (gw0 on the first, gw1 on the next): each worker's fault tests stop and
@@ -119,18 +120,15 @@ def distributed(settings, redis_server, monkeypatch) -> Iterator[RedisServer]:
     settings.CELERY_TASK_ALWAYS_EAGER = False
     settings.MNEMO_EAGER_TASKS_IN_THREAD = False
     monkeypatch.setattr(background, "BROKER_PAUSE_SECONDS", 0.0)
-    saved = {k: app.conf[k] for k in ("broker_url", "task_always_eager", "broker_transport_options")}
-    app.conf.update(
-        broker_url=redis_server.url,
-        task_always_eager=False,
-        broker_transport_options={**settings.CELERY_BROKER_TRANSPORT_OPTIONS, "socket_connect_timeout": 1},
-    )
-    _reset_broker_pools()
-    try:
-        yield redis_server
-    finally:
-        app.conf.update(saved)
+    options = {**settings.CELERY_BROKER_TRANSPORT_OPTIONS, "socket_connect_timeout": 1}
+    with celery_conf_changed(
+        broker_url=redis_server.url, task_always_eager=False, broker_transport_options=options
+    ):
         _reset_broker_pools()
+        try:
+            yield redis_server
+        finally:
+            _reset_broker_pools()
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from conversations.models import Message
 from summaries.models import CompactionState
 from summaries.selectors import segments_live
 from summaries.services import compaction_request
+from tests.celery_conf import celery_conf_changed
 from tests.summaries.helpers import history
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
@@ -32,10 +33,10 @@ def test_a_real_worker_on_redis_completes_a_queued_compaction(conversation):
             ran.append((threading.current_thread().name, retval))
 
     task_postrun.connect(record, weak=False)
-    eager, app.conf.task_always_eager = app.conf.task_always_eager, False
     try:
-        with start_worker(
-            app, pool="solo", perform_ping_check=False, loglevel="WARNING", shutdown_timeout=20
+        with (
+            celery_conf_changed(task_always_eager=False),
+            start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING", shutdown_timeout=20),
         ):
             with transaction.atomic():
                 assert compaction_request(conversation=conversation, trigger="manual") is True
@@ -44,7 +45,6 @@ def test_a_real_worker_on_redis_completes_a_queued_compaction(conversation):
             while not ran and time.monotonic() < deadline:
                 time.sleep(0.05)
     finally:
-        app.conf.task_always_eager = eager
         task_postrun.disconnect(record)
 
     assert ran, "the worker did not run the queued compaction within 30 s"
