@@ -40,17 +40,9 @@ def prefix_hint(state: ContextState) -> None:
             for p in ("openai", "anthropic", "gemini")
         },
     }
-    state.writes.append(functools.partial(prefix_hints_record, tenant=tenant, levels=seen, match=match))
-    state.writes.append(
-        functools.partial(
-            _usage_open,
-            state,
-            provider=provider,
-            predicted_cacheable_tokens=predicted,
-            prefix_hash=levels[-1].hash,
-            hint_level=hit,
-        )
-    )
+    prediction = {"predicted_cacheable_tokens": predicted, "prefix_hash": levels[-1].hash, "hint_level": hit}
+    state.records.append(functools.partial(prefix_hints_record, tenant=tenant, levels=seen, match=match))
+    state.records.append(functools.partial(_usage_open, state, provider=provider, **prediction))
 
 
 def _usage_open(state: ContextState, **prediction: Any) -> None:

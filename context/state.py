@@ -69,6 +69,9 @@ class ContextState:
     # What the call changes (rows, queued work), applied once after the stages by context/writes.py, and only
     # when the request records: a stage never writes itself.
     writes: list[Callable[[], object]] = field(default_factory=list)
+    # The call's record (its prefix hints and CacheUsage row): inserts nothing in the call reads back and no
+    # other write depends on, applied after `writes` in one round trip (context/writes.py).
+    records: list[Callable[[], object]] = field(default_factory=list)
 
     def degrade(self, stage: str, code: str, message: str) -> None:
         """A fallback is never silent: logged, counted and reported in the response (once per cause)."""

@@ -15,7 +15,9 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, close_old_connections, connection, models, transaction
 from django.db.models import F, FloatField, Value
+from django.db.models.constants import OnConflict
 from django.db.models.functions import Greatest
+from django.db.models.sql import InsertQuery
 from django.utils import timezone
 from rest_framework import status
 
@@ -105,17 +107,19 @@ def _hints_count(tenant: Tenant, *, seen: set[str], now: datetime) -> None:
 
 
 def _hints_add_hits(tenant_id: Any, hits: dict[str, int], *, now: datetime) -> None:
-    """Add hits to the tenant's hints with these hashes. A context call holds the rows it inserts until it
-    commits: rows another transaction holds are skipped (the count is approximate), so nothing waits on
-    them here, let alone deadlocks (seen with 50 concurrent proxied streams)."""
+    """Add hits to the tenant's hints with these hashes. Rows another transaction holds (a context call's
+    new hints until it commits) are skipped, the count is approximate, so nothing waits on them here, let
+    alone deadlocks (seen with 50 concurrent proxied streams). In a transaction of its own when the caller
+    has none (select_for_update needs one)."""
     by_count: dict[int, list[str]] = defaultdict(list)
     for hash_, count in hits.items():
         by_count[count].append(hash_)
-    for count, hashes in sorted(by_count.items()):
-        free = PrefixHint.objects.filter(tenant_id=tenant_id, hash__in=hashes).select_for_update(
-            skip_locked=True
-        )
-        PrefixHint.objects.filter(pk__in=free.values("pk")).update(hits=F("hits") + count, last_seen=now)
+    with transaction.atomic(savepoint=False):
+        for count, hashes in sorted(by_count.items()):
+            free = PrefixHint.objects.filter(tenant_id=tenant_id, hash__in=hashes).select_for_update(
+                skip_locked=True
+            )
+            PrefixHint.objects.filter(pk__in=free.values("pk")).update(hits=F("hits") + count, last_seen=now)
 
 
 def _hints_add(tenant: Tenant, new: list[PrefixLevel], *, now: datetime) -> None:
@@ -123,20 +127,19 @@ def _hints_add(tenant: Tenant, new: list[PrefixLevel], *, now: datetime) -> None
     the first and inserts nothing. Rows go in one order everywhere, so two such waits never form a cycle."""
     if not new:
         return
-    PrefixHint.objects.bulk_create(
-        [
-            PrefixHint(
-                tenant=tenant,
-                level=lv.level,
-                hash=lv.hash,
-                token_count=lv.tokens,
-                first_seen=now,
-                last_seen=now,
-            )
-            for lv in sorted(new, key=lambda lv: (lv.level, lv.hash))
-        ],
-        ignore_conflicts=True,
-    )
+    rows = [
+        PrefixHint(
+            tenant=tenant, level=lv.level, hash=lv.hash, token_count=lv.tokens, first_seen=now, last_seen=now
+        )
+        for lv in sorted(new, key=lambda lv: (lv.level, lv.hash))
+    ]
+    # bulk_create's statement without the transaction bulk_create wraps it in: a context call sends these rows
+    # with its CacheUsage row in one round trip (context/writes.py), which a BEGIN and a COMMIT would triple.
+    query = InsertQuery(PrefixHint, on_conflict=OnConflict.IGNORE)
+    query.insert_values([f for f in PrefixHint._meta.concrete_fields if not f.primary_key], rows)
+    with connection.cursor() as cursor:
+        for sql, params in query.get_compiler(connection=connection).as_sql():
+            cursor.execute(sql, params)
 
 
 def prefix_hints_find(

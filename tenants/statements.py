@@ -180,6 +180,24 @@ def read_ahead(reads: Iterable[Read], *, using: str = "default") -> Iterator[Non
         _read_ahead.reset(token)
 
 
+@contextlib.contextmanager
+def writes_pipelined(*, using: str = "default") -> Iterator[None]:
+    """Within the block, statements go to PostgreSQL without waiting for each one's answer, and the answers
+    come back together on leaving it (pipeline mode): one round trip for a call's closing inserts, with the
+    transaction's BEGIN when they are its first statements. A statement whose result is read (a RETURNING, a
+    row count) waits there. For writes whose only failure is the database's own (an INSERT … ON CONFLICT DO
+    NOTHING, a row whose key is made here): an error surfaces at the block's end, not at its statement.
+    Elsewhere (SQLite) nothing changes."""
+    connection = connections[using]
+    connection.ensure_connection()
+    if connection.vendor != "postgresql":
+        yield
+        return
+    # Django's error classes, as a statement's own failure would raise (an IntegrityError, not psycopg's).
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        yield
+
+
 def _pipelined(reads: list[Read], using: str) -> dict[tuple[Any, ...], list[Any]]:
     connection = connections[using]
     bound = [(query, *query.bound(using, values)) for query, values in reads]

@@ -1,16 +1,27 @@
 """FixedQuery runs a queryset compiled once with other values: it must give what the ORM gives for the same
 values (converted the same way), and refuse what it cannot compile faithfully."""
 
+import tempfile
 import uuid
 
 import pytest
-from django.db import DataError, connection
+from django.db import DataError, IntegrityError, connection, transaction
 from django.db.models import F
 from django.db.models.expressions import RawSQL
+from psycopg import pq
 
 from conversations.models import Message
+from prefix_cache.models import CacheUsage, PrefixHint
+from prefix_cache.services import PrefixLevel, PrefixMatch, prefix_hints_record
 from summaries.models import SummarySegment
-from tenants.statements import FixedQuery, column_by_pk, list_samples, list_values, read_ahead
+from tenants.statements import (
+    FixedQuery,
+    column_by_pk,
+    list_samples,
+    list_values,
+    read_ahead,
+    writes_pipelined,
+)
 from tests.factories import ConversationFactory, MessageFactory
 
 pytestmark = pytest.mark.django_db
@@ -199,3 +210,73 @@ def test_sqlite_reads_nothing_ahead(django_assert_num_queries):
         pass
     with read_ahead([(SEQS, {"conversation_id": conversation.pk})]), django_assert_num_queries(1):
         assert SEQS.run(conversation_id=conversation.pk) == [1]
+
+
+def _round_trips(action) -> tuple[int, list[str]]:
+    """How often the client waited for PostgreSQL while `action` ran, from libpq's protocol trace of this
+    connection: each run of messages it sent before the server's next answer is one round trip."""
+    pgconn = connection.connection.pgconn
+    with tempfile.TemporaryFile("w+") as trace:
+        pgconn.trace(trace.fileno())
+        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            action()
+        finally:
+            pgconn.untrace()
+        trace.seek(0)
+        lines = [line.split("\t") for line in trace if line[:2] in {"F\t", "B\t"}]
+    directions = [line[0] for line in lines]
+    trips = sum(1 for i, d in enumerate(directions) if d == "F" and (i == 0 or directions[i - 1] == "B"))
+    return trips, [f"{line[0]} {line[2].strip()}" for line in lines]
+
+
+def _hint_and_usage(conversation) -> None:
+    """A context call's records (context/prefix.py): its new prefix hints and its CacheUsage row."""
+    level = PrefixLevel(level="B1", hash="h" * 64, tokens=10)
+    prefix_hints_record(
+        tenant=conversation.tenant, levels=[level], match=PrefixMatch(None, None, frozenset())
+    )
+    CacheUsage.objects.create(tenant_id=conversation.tenant_id, conversation=conversation, model="gpt-4o")
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)  # autocommit, as a request runs
+def test_pipelined_writes_are_one_round_trip_where_a_transaction_of_their_own_is_four():
+    conversation = ConversationFactory()
+    connection.ensure_connection()
+
+    def own_transaction():
+        with transaction.atomic():
+            _hint_and_usage(conversation)
+
+    def pipelined():
+        with writes_pipelined():
+            _hint_and_usage(conversation)
+
+    for _ in range(6):  # as in a server that has run them before: psycopg prepares the statements
+        own_transaction(), pipelined()
+    assert _round_trips(own_transaction)[0] == 4  # BEGIN, two inserts, COMMIT
+    trips, sent = _round_trips(pipelined)
+    assert trips == 1, "; ".join(sent)
+    assert CacheUsage.objects.filter(conversation=conversation).count() == 14
+    assert PrefixHint.objects.filter(tenant_id=conversation.tenant_id).count() == 1
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_pipelined_writes_are_one_implicit_transaction_and_a_failure_raises_djangos_error():
+    conversation = ConversationFactory()
+    taken = CacheUsage.objects.create(tenant_id=conversation.tenant_id, conversation=conversation)
+    with pytest.raises(IntegrityError), writes_pipelined():
+        PrefixHint.objects.create(tenant_id=conversation.tenant_id, level="B1", hash="k" * 64, token_count=1)
+        CacheUsage.objects.create(id=taken.id, tenant_id=conversation.tenant_id, conversation=conversation)
+    assert not PrefixHint.objects.filter(hash="k" * 64).exists()
+    assert CacheUsage.objects.count() == 1  # and the connection answers
+
+
+@pytest.mark.skipif(connection.vendor == "postgresql", reason="SQLite answers in process")
+def test_sqlite_writes_each_statement_as_it_comes(django_assert_num_queries):
+    conversation = ConversationFactory()
+    with django_assert_num_queries(2), writes_pipelined():
+        _hint_and_usage(conversation)
+    assert CacheUsage.objects.filter(conversation=conversation).count() == 1
