@@ -30,6 +30,7 @@ T = TypeVar("T")
 TIMEOUT_SECONDS = 2.0
 # After a failure, calls fail at once for this long before the engine is tried again.
 RETRY_SECONDS = 5.0
+LITE_GRPC_OPTIONS = {"grpc.keepalive_permit_without_calls": False}
 # HNSW graph degree and build breadth, and the search breadth (at least k): recall against exact search
 # rises with each, memory and latency too (bench/vector_store.py measures the trade).
 HNSW_M = 16
@@ -315,4 +316,6 @@ def _open(uri: str, token: str, timeout: float) -> Any:
 
     if uri.startswith("http"):
         return MilvusClient(uri=uri, token=token, timeout=timeout)
-    return MilvusClient(uri)
+    # Milvus Lite's server refuses keepalive pings on a connection with no call in flight: after a quiet half
+    # minute it sent GOAWAY (too_many_pings), and a search racing the reconnect found the engine down.
+    return MilvusClient(uri, grpc_options=LITE_GRPC_OPTIONS)

@@ -105,3 +105,13 @@ def test_milvus_lite_reopened_is_searchable(tmp_path):
         assert again.state() == "ok"
     finally:
         again.close()
+
+
+def test_milvus_lite_is_opened_without_keepalive_pings_between_calls(tmp_path):
+    """Milvus Lite's server answers pings on an idle connection with GOAWAY (too_many_pings)."""
+    store = MilvusVectorStore(str(tmp_path / "idle.db"), dimension=4)
+    try:
+        options = dict(store._connected()._get_connection()._grpc_options)
+        assert options == {"grpc.keepalive_permit_without_calls": False}
+    finally:
+        store.close()
