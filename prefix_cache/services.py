@@ -127,7 +127,7 @@ def _hints_add(tenant: Tenant, new: list[PrefixLevel], *, now: datetime) -> None
     the first and inserts nothing. Rows go in one order everywhere, so two such waits never form a cycle."""
     if not new:
         return
-    rows = [
+    rows: list[models.Model] = [
         PrefixHint(
             tenant=tenant, level=lv.level, hash=lv.hash, token_count=lv.tokens, first_seen=now, last_seen=now
         )
