@@ -360,8 +360,7 @@ class _StatsBuffer:
             _record_calls(tenant_id, hour, calls)
         for tenant_id, counts in hits.items():
             try:
-                with transaction.atomic():
-                    _hints_add_hits(tenant_id, dict(counts), now=seen[tenant_id])
+                _hints_add_hits(tenant_id, dict(counts), now=seen[tenant_id])  # in a transaction of its own
             except DatabaseError:
                 logger.warning("prefix-hint hits not recorded for tenant %s", tenant_id, exc_info=True)
 

@@ -183,11 +183,12 @@ def read_ahead(reads: Iterable[Read], *, using: str = "default") -> Iterator[Non
 @contextlib.contextmanager
 def writes_pipelined(*, using: str = "default") -> Iterator[None]:
     """Within the block, statements go to PostgreSQL without waiting for each one's answer, and the answers
-    come back together on leaving it (pipeline mode): one round trip for a call's closing inserts, with the
-    transaction's BEGIN when they are its first statements. A statement whose result is read (a RETURNING, a
-    row count) waits there. For writes whose only failure is the database's own (an INSERT … ON CONFLICT DO
-    NOTHING, a row whose key is made here): an error surfaces at the block's end, not at its statement.
-    Elsewhere (SQLite) nothing changes."""
+    come back together on leaving it (pipeline mode). Outside a transaction they run as one implicit
+    transaction in one round trip; inside one (or when a statement opens one, as bulk_create does) psycopg
+    waits for the BEGIN first. A statement whose result is read (a RETURNING, a row count) waits there. For
+    writes whose only failure is the database's own (an INSERT … ON CONFLICT DO NOTHING, a row whose key is
+    made here): an error surfaces at the block's end, not at its statement. Elsewhere (SQLite) nothing
+    changes."""
     connection = connections[using]
     connection.ensure_connection()
     if connection.vendor != "postgresql":
