@@ -55,9 +55,10 @@ def malloc_arenas_cap(arenas: int) -> bool:
 
 
 def caches_warm() -> threading.Thread | None:
-    """On a background thread: load the shipped tokenizers (slow to load), then build the retrieval index of
-    each of the MNEMO_WARM_CONVERSATIONS most recently active conversations (a long one is slow to build: in
-    a fresh server, the slowest calls were conversations' first). None when MNEMO_WARM_ON_START is off."""
+    """On a background thread: import the chat proxy's client package and load the shipped tokenizers (both
+    slow to load), then build the retrieval index of each of the MNEMO_WARM_CONVERSATIONS most recently
+    active conversations (a long one is slow to build: in a fresh server, the slowest calls were
+    conversations' first). None when MNEMO_WARM_ON_START is off."""
     if not settings.MNEMO_WARM_ON_START:
         return None
     count = min(settings.MNEMO_WARM_CONVERSATIONS, settings.MNEMO_RECALL_INDEX_CONVERSATIONS)
@@ -82,11 +83,13 @@ def warm_state() -> str:
 def _caches_warm(count: int) -> None:
     from django.db import DatabaseError, connection
 
+    from context.proxy.upstream import client_package_load
     from conversations.models import Conversation
     from providers.tokens import SHIPPED_ENCODINGS, get_encoding
     from retrieval.history import conversation_index
 
     try:
+        client_package_load()
         for name in SHIPPED_ENCODINGS:
             get_encoding(name)
         recent = Conversation.objects.filter(archived_at__isnull=True).order_by("-updated_at")

@@ -298,6 +298,13 @@ async def _sse(response: Any) -> AsyncIterator[tuple[str | None, str]]:
 _openai_clients: dict[tuple[Any, ...], Any] = {}
 
 
+def client_package_load() -> None:
+    """Import the `openai` package and the chat resources its client loads on first use (seconds of a
+    process's GIL): a server calls it while it warms up, before any request (config.startup), where the first
+    proxied call would otherwise pay for it while the process serves others."""
+    import openai.resources.chat  # noqa: F401
+
+
 def _openai_client(
     loop: Any, base_url: str | None, api_key: str, tenant_endpoint: bool, timeout: float
 ) -> Any:
@@ -337,11 +344,12 @@ async def _openai_completions(upstream: Upstream) -> Any:
 
 async def _openai_send(upstream: Upstream, body: dict[str, Any]) -> Any:
     """The request through the `openai` package; its raw HTTP response (read as a stream or whole)."""
-    # Loaded on first use: the client package is heavy and most processes never call out.
-    import openai
-
     http_client(upstream)  # the egress check
     completions = await _openai_completions(upstream)
+    # Imported by then, on the worker thread that built the client: importing it here, on the event loop,
+    # stalled every request of the process for as long as the import took.
+    import openai
+
     headers = _request_headers(_llm_view(upstream))
     try:
         # The body is in the wire format already. As extra_body the package sends it as it is; as arguments
