@@ -25,7 +25,7 @@ from retrieval.knowledge_candidates import image_reads, knowledge_candidates
 from retrieval.other_conversations import other_conversations_reads, recall_other_conversations
 from retrieval.questions import focused
 from retrieval.this_conversation import MIN_RELEVANCE, history_hits
-from tenants.statements import Read
+from tenants.statements import Read, beside
 
 ARCHIVAL_CANDIDATES = 8
 OTHER_CONVERSATION_CANDIDATES = 8
@@ -45,18 +45,19 @@ def retrieval_reads(conversation: Conversation) -> list[Read]:
 def candidates_find(*, question: str, expansion: str, scope: Scope, room: int) -> Found:
     """Every source's candidates for `question` within `room` tokens of B5. `expansion`: words a rules
     rewrite added, which weigh less than the question's own."""
-    degradations: list[Degradation] = []
-    # Read first: the other conversations (the database's full-text index), knowledge (its index's
-    # freshness, the images, BM25 before its wait for the vector) and the archival memories' lexical ranking
-    # then run while the question is still being embedded on another thread, instead of after this
-    # conversation's search has waited for it.
-    others = _other_conversations(scope.conversation, question, expansion)
-    knowledge = _knowledge(degradations, scope.conversation, question)
-    index = conversation_index(scope.conversation.pk)
-    memories = _archival(degradations, index, question, expansion, scope.conversation)
+    conversation = scope.conversation
+    # The sources read independently of each other: the other conversations (the database's full-text
+    # index), knowledge and the archival memories each run beside this conversation's search
+    # (tenants.statements.beside), their round trips waiting at the same time; started first, they also run
+    # while the question is still being embedded on another thread.
+    others = beside(lambda: _other_conversations(conversation, question, expansion))
+    knowledge = beside(lambda: _knowledge(conversation, question))
+    index = conversation_index(conversation.pk)
+    memories = beside(lambda: _archival(index, question, expansion, conversation))
     # Vectors still missing (a server restarted mid-backlog, or appends while vectors were off): the caller
     # has them computed.
     vectors_missing = bool(index.missing_vectors)
+    degradations: list[Degradation] = []
     history, answered = history_hits(
         index,
         question,
@@ -64,13 +65,14 @@ def candidates_find(*, question: str, expansion: str, scope: Scope, room: int) -
         before_seq=scope.before_seq,
         room=room,
     )
+    (chunks, knowledge_degraded), (memory_hits, memories_degraded) = knowledge(), memories()
     return Found(
         history=tuple(history),
         answered=tuple(answered),
-        memories=tuple(memories),
-        other_conversations=tuple(others),
-        knowledge=tuple(knowledge),
-        degradations=tuple(degradations),
+        memories=tuple(memory_hits),
+        other_conversations=tuple(others()),
+        knowledge=tuple(chunks),
+        degradations=(*knowledge_degraded, *memories_degraded, *degradations),
         vectors_missing=vectors_missing,
     )
 
@@ -83,23 +85,19 @@ def _query_vector(degradations: list[Degradation], query: str) -> Any:
 
 
 def _archival(
-    degradations: list[Degradation],
-    index: ConversationIndex,
-    query: str,
-    expansion: str,
-    conversation: Conversation,
-) -> list[MemoryHit]:
+    index: ConversationIndex, query: str, expansion: str, conversation: Conversation
+) -> tuple[list[MemoryHit], list[Degradation]]:
     """The end user's archival memories the question finds, each scored on the history's scale (relevance:
     the larger of its cosine similarity with what the question is about and its lexical share in this
     conversation), so that the placing can rank it among the message hits."""
     if conversation.end_user_id is None or not archival_exists(end_user_id=conversation.end_user_id):
-        return []
+        return [], []
     assert conversation.end_user is not None  # end_user_id was checked above
     focus = focused(query)
     outcome = archival_search(
         end_user=conversation.end_user, query=focus, limit=ARCHIVAL_CANDIDATES, expansion=expansion
     )
-    degradations += [Degradation(d["code"], d["message"]) for d in outcome.degradations]
+    degradations = [Degradation(d["code"], d["message"]) for d in outcome.degradations]
     lexical = lexical_shares(index, focus, [hit.memory.content for hit in outcome.hits])
     said_on = _source_days([str(i) for hit in outcome.hits for i in hit.memory.source_message_ids or []])
     found = []
@@ -119,7 +117,7 @@ def _archival(
                 source_message_ids=sources,
             )
         )
-    return found
+    return found, degradations
 
 
 def _source_days(ids: list[str]) -> dict[str, str]:
@@ -152,10 +150,10 @@ def _other_conversations(
     ]
 
 
-def _knowledge(
-    degradations: list[Degradation], conversation: Conversation, query: str
-) -> list[ChunkHit | ImageHit]:
+def _knowledge(conversation: Conversation, query: str) -> tuple[list[ChunkHit | ImageHit], list[Degradation]]:
     """Documents and code in the conversation's scope, each cited (retrieval.knowledge_candidates)."""
-    return knowledge_candidates(
+    degradations: list[Degradation] = []
+    found = knowledge_candidates(
         conversation=conversation, query=query, min_relevance=MIN_RELEVANCE, degradations=degradations
     )
+    return found, degradations

@@ -6,19 +6,23 @@ The sibling of tenants.scoping.ScopedRowLookup, for any queryset whose SQL depen
 are asked for, not on the values themselves (no None; an `__in` list only of a fixed length)."""
 
 import contextlib
+import contextvars
 import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connections
 from django.db.models import Model, QuerySet
 from django.db.models.query import FlatValuesListIterable, ModelIterable, ValuesListIterable
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -197,6 +201,53 @@ def writes_pipelined(*, using: str = "default") -> Iterator[None]:
     # Django's error classes, as a statement's own failure would raise (an IntegrityError, not psycopg's).
     with connection.wrap_database_errors, connection.connection.pipeline():
         yield
+
+
+# --- reads beside the request ----------------------------------------------------------------------------
+
+# Threads that run a request's independent reads, each on a pooled connection of its own (beside()).
+BESIDE_THREADS = 8
+_beside: ThreadPoolExecutor | None = None
+_beside_lock = threading.Lock()
+
+
+def beside(read: Callable[[], T], *, using: str = "default") -> Callable[[], T]:
+    """Start `read` (a function that only reads the database) now, on another thread with a connection of
+    its own, so that its round trips wait at the same time as the caller's instead of after them; the
+    function returned gives its result (or raises its error). For a request's independent searches: under
+    load each round trip waits for the database's process to be scheduled, and a call's waits added up.
+    It runs in a copy of the caller's context (its read-ahead rows, tenant scope and fault list). Where
+    another connection could not see what the caller's sees (inside a transaction: its uncommitted rows)
+    or gains nothing (SQLite answers in process), `read` runs here, now. A read no thread has taken yet
+    when its result is asked for runs then, in the caller: a busy pool never makes the caller wait."""
+    connection = connections[using]
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        value = read()
+        return lambda: value
+    context = contextvars.copy_context()
+    future = _beside_pool().submit(_on_own_connection, context, read, using)
+
+    def result() -> T:
+        if future.cancel():  # still queued: run it here rather than wait for a thread
+            return read()
+        return future.result()
+
+    return result
+
+
+def _beside_pool() -> ThreadPoolExecutor:
+    global _beside
+    with _beside_lock:
+        if _beside is None:
+            _beside = ThreadPoolExecutor(max_workers=BESIDE_THREADS, thread_name_prefix="mnemo-beside")
+        return _beside
+
+
+def _on_own_connection(context: contextvars.Context, read: Callable[[], T], using: str) -> T:
+    try:
+        return context.run(read)
+    finally:
+        connections[using].close()  # back to the pool, not held by an idle thread
 
 
 def _pipelined(reads: list[Read], using: str) -> dict[tuple[Any, ...], list[Any]]:
