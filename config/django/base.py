@@ -91,8 +91,10 @@ ROOT_URLCONF = "config.urls"
 ASGI_APPLICATION = "config.asgi.application"
 WSGI_APPLICATION = "config.wsgi.application"
 # Threads per server process that run HTTP requests (config/asgi.py); each holds at most one database
-# connection from the pool, so keep it at or below MNEMO_DB_POOL_MAX. The views hold the GIL most of the
-# time: a few threads serve more appends than many (fewer hand-offs of the GIL; bench/append.py).
+# connection from the pool, and the context calls' retrieval reads beside them take up to
+# tenants.statements.BESIDE_THREADS more, so keep the sum at or below MNEMO_DB_POOL_MAX. The views hold the
+# GIL most of the time: a few threads serve more appends than many (fewer hand-offs of the GIL;
+# bench/append.py).
 MNEMO_HTTP_THREADS = env_int("MNEMO_HTTP_THREADS", 4, minimum=1)
 # glibc malloc arenas a server process may use (config.startup.malloc_arenas_cap; 0: glibc's default, up to
 # eight per core): fewer arenas keep a long-running server's resident memory from creeping up.
