@@ -39,7 +39,14 @@ def backend_pid() -> int:
 @pytest.mark.django_db(transaction=True)  # autocommit, as a request runs
 def test_a_read_runs_on_a_thread_and_connection_of_its_own_in_the_callers_context():
     asked.set("tenant-a")
-    read = beside(lambda: (threading.current_thread().name, backend_pid(), asked.get()))
+    started = threading.Event()
+
+    def where() -> tuple[str, int, str]:
+        started.set()
+        return threading.current_thread().name, backend_pid(), asked.get()
+
+    read = beside(where)
+    assert started.wait(10)  # taken by a thread (asked for before, it would have run here)
     name, pid, seen = read()
     assert name.startswith("mnemo-beside") and seen == "tenant-a"
     assert pid != backend_pid()
