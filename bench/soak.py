@@ -7,8 +7,8 @@ a local fake upstream (tests/llm_server.py), import a transcript, upload a docum
 paced to a total request rate. Reported per configuration: requests by status, HTML error bodies, p50/p99 per
 endpoint, messages acknowledged versus stored, seq gaps, the embedding lag (append acknowledged -> vector
 written) and the backlog of messages without vectors over time, how long the backlog takes to drain once the
-load stops, tasks left queued, the memory agent caught up, and the server's resident memory (minute 2 and
-the end).
+load stops, tasks left queued, the memory agent caught up, the server's resident memory (minute 2 and the
+end), and how busy the machine was during the load (cores each part used, threads ready to run per core).
 
 Run from the repository root:  .venv/bin/python bench/soak.py   (or: make bench-soak)
 Options: --minutes N (default 10), --short (2 minutes), --only embedded|distributed, --clients N (16),

@@ -75,6 +75,7 @@ def summary(result: dict[str, Any]) -> list[list[str]]:
         ["server RSS start / warm / end", f"{start:.0f} / {at_warm:.0f} / {end:.0f} MB ({growth:+.1f} %)"],
         ["PostgreSQL autovacuum", result["stack"].autovacuum],
         ["machine load average (5 min) at the end of the load", f"{result['load_average']:.1f}"],
+        *result["machine"].lines(),
         ["Celery workers RSS start / end", f"{samples.rss[0][2]:.0f} / {samples.rss[-1][2]:.0f} MB"],
     ]
 

@@ -15,6 +15,7 @@ import redis
 
 from bench._common import log
 from bench._soak.clients import Client, Shared, names_accepted, quiet_context_ms, warm_up
+from bench._soak.machine import MachineLoad
 from bench._soak.stack import Stack
 from bench._soak.store import Store
 
@@ -92,10 +93,13 @@ def run(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
         sampler = threading.Thread(target=sample, args=(stack, store, samples, stop), daemon=True)
         sampler.start()
         clients = [threading.Thread(target=Client(shared, n).run) for n in range(args.clients)]
+        machine = MachineLoad(stack)
+        machine.start()
         for thread in clients:
             thread.start()
         for thread in clients:
             thread.join()
+        machine.stop()
         log(f"{stack.name}: load stopped after {time.monotonic() - samples.started:.0f} s; draining")
         load_average = os.getloadavg()[1]  # the machine's, other users' work included
         samples.rss.append((time.monotonic() - samples.started, stack.server_rss(), stack.workers_rss()))
@@ -105,6 +109,7 @@ def run(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
             "stack": stack,
             "seconds": seconds,
             "load_average": load_average,
+            "machine": machine,
             "shared": shared,
             "samples": samples,
             "drained": drained,
