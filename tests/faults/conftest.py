@@ -158,6 +158,9 @@ class Worker:
             # At the test process's priority: these tests bound how long a redelivery takes, and a worker
             # below the priority of the test and the database would stretch that on a busy machine.
             "MNEMO_BACKGROUND_NICE": "0",
+            # A worker with a broker sends what it queues (a retry with its countdown) through it; eager, the
+            # retry of a busy lock ran at once inside the worker, found the lock still held, and was lost.
+            "CELERY_TASK_ALWAYS_EAGER": "false",
             **env,
         }
         self.process: subprocess.Popen | None = None
