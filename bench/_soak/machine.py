@@ -1,7 +1,8 @@
 """How busy the machine was during the load, read from Linux's /proc: the CPU each part of the stack used
-(the server, the workers, PostgreSQL, the soak's own clients) and the threads ready to run per core. The
-soak runs them all on the same cores, so a call slower under the load than alone has mostly waited for a
-core when more threads are ready than there are cores. Elsewhere than Linux the figures read n/a."""
+(the server, the workers, PostgreSQL, the soak's own clients), the threads ready to run per core, and how
+long the server's threads waited for a core for each second they ran. The soak runs them all on the same
+cores, so a call slower under the load than alone has mostly waited for a core when more threads are ready
+than there are cores. Elsewhere than Linux the figures read n/a."""
 
 from __future__ import annotations
 
@@ -38,17 +39,42 @@ def _with_children(pids: list[int]) -> list[int]:
     return [p for pid in pids for p in (pid, *children(pid))]
 
 
+def server_pids(stack: Stack) -> list[int]:
+    return _with_children([p.pid for p in stack.procs[:1]])
+
+
 def groups(stack: Stack) -> dict[str, list[int]]:
     """The processes of each part there is: an embedded server's worker process counts with the server (its
     child), a Celery worker's pool with the worker; PostgreSQL's backends are those alive when asked."""
     server = "server" if len(stack.procs) > 1 or "DATABASE_URL" in stack.env else "server and its worker"
-    found = {
-        server: _with_children([p.pid for p in stack.procs[:1]]),
+    found = {  # the server first: lines() names its threads after it
+        server: server_pids(stack),
         "Celery workers": _with_children([p.pid for p in stack.procs[1:]]),
         "PostgreSQL": _postgres_pids() if "DATABASE_URL" in stack.env else [],
         "soak clients": [os.getpid()],
     }
     return {name: pids for name, pids in found.items() if pids}
+
+
+def thread_times(pids: list[int]) -> dict[int, tuple[float, float]]:
+    """Per thread of these processes: seconds on a core and seconds ready to run but waiting for one
+    (/proc/PID/task/TID/schedstat)."""
+    found = {}
+    for pid in pids:
+        for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                ran, waited = stat.read_text().split()[:2]
+                found[int(stat.parent.name)] = (int(ran) / 1e9, int(waited) / 1e9)
+    return found
+
+
+def server_wait(stack: Stack, before: dict[int, tuple[float, float]]) -> float | None:
+    """Seconds the server's threads waited for a core per second they ran, since `before` (thread_times):
+    threads started meanwhile count from zero, threads that ended are lost."""
+    after = thread_times(server_pids(stack))
+    ran = sum(r - before.get(tid, (0.0, 0.0))[0] for tid, (r, _w) in after.items())
+    waited = sum(w - before.get(tid, (0.0, 0.0))[1] for tid, (_r, w) in after.items())
+    return waited / ran if ran > 0 else None
 
 
 def _ready_threads() -> int | None:
@@ -60,6 +86,10 @@ def _ready_threads() -> int | None:
     return None
 
 
+def _ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
 @dataclass
 class MachineLoad:
     """Started when the load starts, stopped when it stops."""
@@ -69,6 +99,8 @@ class MachineLoad:
     started_cpu: dict[str, float] = field(default_factory=dict)
     cores_used: dict[str, float] = field(default_factory=dict)
     ready: list[int] = field(default_factory=list)
+    server_waited: float | None = None  # seconds the server's threads waited for a core per second on one
+    quiet_waited: float | None = None  # the same while one client asked after the load (the baseline)
     seconds: float = 0.0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -76,6 +108,7 @@ class MachineLoad:
     def start(self) -> None:
         self._pids = groups(self.stack)
         self.started_cpu = {name: sum(map(cpu_seconds, pids)) for name, pids in self._pids.items()}
+        self._server_threads = thread_times(server_pids(self.stack))
         self._began = time.monotonic()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
@@ -97,6 +130,7 @@ class MachineLoad:
             pids = pids + [p for p in now.get(name, []) if p not in pids]
             used = sum(map(cpu_seconds, pids)) - self.started_cpu[name]
             self.cores_used[name] = max(0.0, used) / self.seconds if self.seconds else 0.0
+        self.server_waited = server_wait(self.stack, self._server_threads)
 
     def lines(self) -> list[list[str]]:
         cores = os.cpu_count() or 1
@@ -110,5 +144,10 @@ class MachineLoad:
             [
                 "threads ready to run per core during the load (mean; time above 1)",
                 f"{mean / cores:.2f}; {over:.0%}",
+            ],
+            [
+                f"{next(iter(self.cores_used))} threads: seconds waiting for a core per second on one"
+                " (under the load; one client after it)",
+                "; ".join(_ratio(w) for w in (self.server_waited, self.quiet_waited)),
             ],
         ]

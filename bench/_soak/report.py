@@ -76,7 +76,10 @@ def summary(result: dict[str, Any]) -> list[list[str]]:
         ["PostgreSQL autovacuum", result["stack"].autovacuum],
         ["machine load average (5 min) at the end of the load", f"{result['load_average']:.1f}"],
         *result["machine"].lines(),
-        ["Celery workers RSS start / end", f"{samples.rss[0][2]:.0f} / {samples.rss[-1][2]:.0f} MB"],
+        [
+            "worker RSS start / end (embedded: the server's worker process, counted above too)",
+            f"{samples.rss[0][2]:.0f} / {samples.rss[-1][2]:.0f} MB",
+        ],
     ]
 
 

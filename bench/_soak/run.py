@@ -15,7 +15,7 @@ import redis
 
 from bench._common import log
 from bench._soak.clients import Client, Shared, names_accepted, quiet_context_ms, warm_up
-from bench._soak.machine import MachineLoad
+from bench._soak.machine import MachineLoad, server_pids, server_wait, thread_times
 from bench._soak.stack import Stack
 from bench._soak.store import Store
 
@@ -48,6 +48,14 @@ def drain(stack: Stack, store: Store, samples: Samples, limit: float = 300.0) ->
             log(f"  {backlog} messages without vectors")
         time.sleep(0.5)
     return None
+
+
+def _quiet(stack: Stack, shared: Shared, machine: MachineLoad) -> list[float]:
+    """The context baseline (quiet_context_ms), and how long the server's threads waited for a core then."""
+    before = thread_times(server_pids(stack))
+    ms = quiet_context_ms(shared)
+    machine.quiet_waited = server_wait(stack, before)
+    return ms
 
 
 def queued_tasks(stack: Stack) -> int | str:
@@ -115,7 +123,7 @@ def run(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
             "drained": drained,
             "queued": queued_tasks(stack),
             "agent": agent_caught_up(shared),
-            "quiet_context": quiet_context_ms(shared),
+            "quiet_context": _quiet(stack, shared, machine),
             "stored": store.messages(),
             "vectors": store.vector_times(),
         }

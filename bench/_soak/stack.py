@@ -131,7 +131,11 @@ class Stack:
         return rss_mb(self.procs[0].pid)
 
     def workers_rss(self) -> float:
-        return sum(rss_mb(p.pid) for p in self.procs[1:])
+        """The Celery workers' (with their pools); embedded, the server's own worker process (which
+        server_rss counts too)."""
+        if len(self.procs) > 1:
+            return sum(rss_mb(p.pid) for p in self.procs[1:])
+        return sum(rss_mb(pid) for pid in children(self.procs[0].pid))
 
 
 def _admin(database_url: str) -> str:
