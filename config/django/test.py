@@ -27,9 +27,10 @@ if _WORKER and os.environ.get("REDIS_URL") and not os.environ.get("MNEMO_TEST_RE
 from config.django.base import *  # noqa: E402, F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-# Tasks run inline in the test process; a real `celery worker` a test starts (tests/faults) says false, so
-# that what its tasks queue (a retry, a follow-up) goes through the broker as in production.
-CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=True)  # noqa: F405
+# Tasks run inline in the test process, whatever a developer's .env says for production. A real `celery
+# worker` a test starts (tests/faults) is marked, so that what its tasks queue (a retry, a follow-up) goes
+# through the broker as in production.
+CELERY_TASK_ALWAYS_EAGER = not os.environ.get("MNEMO_TEST_CELERY_WORKER")
 MEDIA_ROOT = Path(tempfile.mkdtemp(prefix="mnemo-test-blobs-"))
 LOGGING["root"]["level"] = "WARNING"  # noqa: F405
 # Eager tasks run inline, so a test sees their effect; message vectors only where a test asks for them.

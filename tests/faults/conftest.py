@@ -160,7 +160,7 @@ class Worker:
             "MNEMO_BACKGROUND_NICE": "0",
             # A worker with a broker sends what it queues (a retry with its countdown) through it; eager, the
             # retry of a busy lock ran at once inside the worker, found the lock still held, and was lost.
-            "CELERY_TASK_ALWAYS_EAGER": "false",
+            "MNEMO_TEST_CELERY_WORKER": "1",
             **env,
         }
         self.process: subprocess.Popen | None = None
