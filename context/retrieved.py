@@ -4,7 +4,6 @@ turns of a session share one label; a hit's exchange partner and the memories ta
 beside it; every source is merged by rank. Scores travel in each Item's source, so that a client can tell a
 weak hit from a strong one."""
 
-import dataclasses
 import re
 from collections.abc import Sequence
 from datetime import datetime
@@ -56,12 +55,17 @@ _WORD_CHARACTERS = re.compile(r"\w+")
 
 def date_label(created_at: datetime) -> str:
     """The day a hit was said: the date only (the seq orders a day's messages), so a label costs little
-    beside a short turn."""
-    return created_at.strftime("%Y-%m-%d")
+    beside a short turn. (ISO format: strftime costs more, once per hit, and messages are dated from 1970.)"""
+    return created_at.date().isoformat()
 
 
 Candidate = Item[RetrievedSource]
 MessageItem = Item[MessageSource]
+
+
+def _found_by(state: ContextState) -> str | None:
+    """Which query found this call's candidates (the user's words, rules or an LLM), in each one's source."""
+    return state.rewrite.method if state.rewrite is not None else None
 
 
 def _item(state: ContextState, text: str, source: RetrievedSource, score: float) -> Candidate:
@@ -85,6 +89,7 @@ def _hit_item(
         similarity=hit.similarity,
         neighbour_of=neighbour_of,
         span=hit.span,
+        query=_found_by(state),
     )
     tokens = count_cached_parts([label, text], model=state.model)
     return Item(text=label + text, tokens=tokens, source=source, score=hit.rank_score)
@@ -111,6 +116,7 @@ def _group_item(state: ContextState, turns: list[HistoryTurn], hit: Item[Message
         similarity=best.similarity,
         seqs=tuple(t.seq for t in turns),
         ids=tuple(t.id for t in turns),
+        query=best.query,
     )
     tokens = count_cached_parts(parts, model=state.model)
     return Item(text="".join(parts), tokens=tokens, source=source, score=hit.score)
@@ -217,6 +223,7 @@ def _memory_item(state: ContextState, memory: MemoryHit) -> Item[ArchivalSource]
         lexical=memory.lexical,
         similarity=memory.similarity,
         source_message_ids=memory.source_message_ids,
+        query=_found_by(state),
     )
     return Item(
         text=text, tokens=count_cached(text, model=state.model), source=source, score=memory.rank_score
@@ -246,7 +253,7 @@ def _other_conversation_item(state: ContextState, hit: OtherConversationHit) -> 
     label = f'[conversation "{hit.conversation_title}", #{hit.seq} · {hit.day} · {hit.speaker}]'
     text = f"{label} {hit.excerpt}"
     source = OtherConversationSource(
-        id=hit.id, seq=hit.seq, conversation_id=hit.conversation_id, score=hit.score
+        id=hit.id, seq=hit.seq, conversation_id=hit.conversation_id, score=hit.score, query=_found_by(state)
     )
     return _item(state, text, source, hit.score)
 
@@ -260,10 +267,15 @@ def _knowledge_item(state: ContextState, hit: ChunkHit | ImageHit) -> Candidate:
             citation=hit.citation,
             score=round(hit.relevance, 4),
             rank_score=hit.rank_score,
+            query=_found_by(state),
         )
         return _item(state, f"[{hit.citation}] {hit.content.strip()}", chunk, hit.relevance)
     image = ImageDescriptionSource(
-        id=f"image:{hit.image_id}", image=hit.image_id, citation=hit.citation, score=round(hit.relevance, 4)
+        id=f"image:{hit.image_id}",
+        image=hit.image_id,
+        citation=hit.citation,
+        score=round(hit.relevance, 4),
+        query=_found_by(state),
     )
     return _item(state, f"[{hit.citation}] {hit.description.strip()}", image, hit.relevance)
 
@@ -324,8 +336,4 @@ def load_retrieval(state: ContextState, *, room: int) -> None:
         ranked += [(rank, order, item) for rank, item in enumerate(items)]
     merged = [item for _, _, item in sorted(ranked, key=lambda r: (r[0], r[1]))]
     top_k = (state.request.retrieval or {}).get("top_k")
-    # Which query found each: the user's words, rules or an LLM.
-    state.candidates += [
-        dataclasses.replace(item, source=dataclasses.replace(item.source, query=rewrite.method))
-        for item in (merged[:top_k] if top_k else merged)
-    ]
+    state.candidates += merged[:top_k] if top_k else merged

@@ -15,9 +15,21 @@ _lock = threading.Lock()
 
 
 def count_cached(text: str, *, model: str) -> int:
+    return _count(text, model_info(model).encoding)
+
+
+def count_cached_parts(parts: list[str], *, model: str) -> int:
+    """Tokens of "".join(parts), each part counted (and cached) on its own: every part after the first must
+    start with a space that follows a non-space character, where a new pre-token always starts in both
+    encodings (providers.tokens), so the sum is the exact count. A retrieved message's label changes with
+    the call; its text, counted apart, is counted once."""
+    encoding = model_info(model).encoding
+    return sum([_count(part, encoding) for part in parts])
+
+
+def _count(text: str, encoding: str) -> int:
     if not text:
         return 0
-    encoding = model_info(model).encoding
     key = (encoding, hashlib.blake2b(text.encode(), digest_size=16).digest())
     with _lock:
         hit = _cache.get(key)
@@ -30,11 +42,3 @@ def count_cached(text: str, *, model: str) -> int:
         if len(_cache) > _MAX_ENTRIES:
             _cache.popitem(last=False)
     return tokens
-
-
-def count_cached_parts(parts: list[str], *, model: str) -> int:
-    """Tokens of "".join(parts), each part counted (and cached) on its own: every part after the first must
-    start with a space that follows a non-space character, where a new pre-token always starts in both
-    encodings (providers.tokens), so the sum is the exact count. A retrieved message's label changes with
-    the call; its text, counted apart, is counted once."""
-    return sum(count_cached(part, model=model) for part in parts)

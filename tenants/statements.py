@@ -8,6 +8,7 @@ are asked for, not on the values themselves (no None; an `__in` list only of a f
 import contextlib
 import contextvars
 import logging
+import re
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -295,6 +296,9 @@ def _like(sample: Any, value: Any) -> Any:
     return value
 
 
+_UUID_CHARACTERS = re.compile(r"[0-9a-fA-F,-]*")
+
+
 def column_by_pk(
     model: type[Model], column: str, pks: list[str], *, using: str = "default"
 ) -> dict[str, Any]:
@@ -311,11 +315,22 @@ def column_by_pk(
     from psycopg import sql
 
     meta = model._meta
-    statement = sql.SQL("SELECT {key}, {column} FROM {table} WHERE {key} = ANY(%s)").format(
+    statement = sql.SQL("SELECT {key}, {column} FROM {table} WHERE {key} = ANY(%s::uuid[])").format(
         key=sql.Identifier(str(meta.pk.column)),
         column=sql.Identifier(str(meta.get_field(column).column)),  # type: ignore[union-attr]
         table=sql.Identifier(meta.db_table),
     )
     with connection.cursor() as cursor:
-        cursor.execute(statement, [[uuid.UUID(str(pk)) for pk in pks]])
+        cursor.execute(statement, [_uuid_array(pks)])
         return {str(pk): value for pk, value in cursor.fetchall()}
+
+
+def _uuid_array(pks: list[str]) -> str:
+    """The keys as one PostgreSQL array literal (cast to uuid[] by the statement): psycopg dumps a list of
+    UUIDs one object at a time, and a context call's hits are hundreds. PostgreSQL refuses a malformed key;
+    one with other characters than hex digits and hyphens goes through uuid.UUID first, so that no key can
+    change the literal."""
+    literal = ",".join(str(pk) for pk in pks)
+    if not _UUID_CHARACTERS.fullmatch(literal):
+        literal = ",".join(str(uuid.UUID(str(pk))) for pk in pks)
+    return "{" + literal + "}"
