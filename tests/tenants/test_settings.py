@@ -122,9 +122,12 @@ _DECIDING = {
 def _python(
     code: str, env_overrides: dict[str, str], tmp_path: Path, *args: str
 ) -> subprocess.CompletedProcess:
-    """`code` (or a script, with args) in a fresh interpreter with no settings module named."""
+    """`code` (or a script, with args) in a fresh interpreter with no settings module named. Nothing is
+    warmed (MNEMO_WARM_ON_START): an interpreter that imported a server's entry point exits only once the
+    warming it started (the embedding model, the `openai` package) is done, and these probes ask only for
+    settings."""
     env = {k: v for k, v in os.environ.items() if k not in _DECIDING}
-    env.update({"MNEMO_VAR_DIR": str(tmp_path)}, **env_overrides)
+    env.update({"MNEMO_VAR_DIR": str(tmp_path), "MNEMO_WARM_ON_START": "false"}, **env_overrides)
     command = [sys.executable, *args] if args else [sys.executable, "-c", code]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
 
