@@ -136,6 +136,15 @@ def test_a_column_by_many_keys_is_what_the_orm_reads_in_one_query(django_assert_
         assert column_by_pk(Message, "content", []) == {}
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the array literal is PostgreSQL's")
+def test_a_key_that_could_change_the_array_literal_is_checked_before_it_is_sent():
+    message = MessageFactory(conversation=ConversationFactory(), seq=1, content="kept")
+    braced = "{" + str(message.pk) + "}"  # a form uuid.UUID reads, whose braces would end the literal
+    assert column_by_pk(Message, "content", [braced]) == {str(message.pk): "kept"}
+    with pytest.raises(ValueError):
+        column_by_pk(Message, "content", [str(message.pk), "x},{" + str(uuid.uuid4())])
+
+
 SEQS = FixedQuery(
     lambda conversation_id: Message.objects.filter(conversation_id=conversation_id).values_list(
         "seq", flat=True
