@@ -142,11 +142,15 @@ def services_database():
 
 
 class Worker:
-    """`celery -A config worker` (solo pool: one process, so SIGKILL takes the whole worker down)."""
+    """`celery -A config worker`: the solo pool by default (one process, so SIGKILL takes the whole worker
+    down); `pool="prefork"` forks one child that runs the tasks, as a deployed worker does."""
 
-    def __init__(self, *, redis_url: str, database: dict, log: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self, *, redis_url: str, database: dict, log: Path, env: dict[str, str], pool: str = "solo"
+    ) -> None:
         db = database
         self.log = log
+        self.pool = pool
         self.env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "config.django.test",
@@ -171,7 +175,8 @@ class Worker:
             "-A",
             "config",
             "worker",
-            "--pool=solo",
+            f"--pool={self.pool}",
+            "--concurrency=1",
             "--loglevel=INFO",
             "--without-mingle",
             "--without-gossip",
@@ -208,12 +213,13 @@ class Worker:
 def workers(distributed, services_database, tmp_path) -> Iterator[Callable[..., Worker]]:
     started: list[Worker] = []
 
-    def start(**env: str) -> Worker:
+    def start(pool: str = "solo", **env: str) -> Worker:
         worker = Worker(
             redis_url=distributed.url,
             database=services_database,
             log=tmp_path / f"worker-{len(started)}.log",
             env=env,
+            pool=pool,
         )
         started.append(worker)
         return worker.start()
