@@ -18,15 +18,13 @@ from django.db.models.functions import Cast
 
 from conversations.models import Conversation, Message, MessageVector
 from conversations.signals import vectors_written
-from providers.embeddings import embedder_status, to_bytes
+from providers.embeddings import embed_by_length, embedder_status, to_bytes
 from providers.passages import passage_spans
 
 logger = logging.getLogger(__name__)
 
-# Messages read per round, and passages per call of the model (small batches of long passages run faster
-# than large ones on a CPU: onnxruntime's working set stays in cache).
+# Messages read per round (the model takes their passages providers.embeddings.EMBED_BATCH at a time).
 FILL_BATCH = 64
-EMBED_BATCH = 8
 
 
 def content_sha256(model: str, content: str) -> str:
@@ -64,18 +62,6 @@ def _reusable(tenant_id: Any, hashes: list[str]) -> dict[str, MessageVector]:
     return {row.content_sha256: row for row in rows}
 
 
-def _embed_by_length(embedder: Any, texts: list[str]) -> list[Any]:
-    """Vectors in the order of `texts`, computed in batches of similar length: a batch is padded to its
-    longest text, so mixing a one-liner with a long passage would cost the one-liner a long passage's time."""
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    out: list[Any] = [None] * len(texts)
-    for i in range(0, len(order), EMBED_BATCH):
-        chunk = order[i : i + EMBED_BATCH]
-        for position, vector in zip(chunk, embedder.embed([texts[j] for j in chunk]), strict=True):
-            out[position] = vector
-    return out
-
-
 def _vectors_for(
     messages: list[Message], *, tenant_id: Any, embedder: Any, known: dict[str, MessageVector]
 ) -> list[MessageVector]:
@@ -90,7 +76,7 @@ def _vectors_for(
         if h not in known
         for a, b in spans[m.pk]
     ]
-    rows = _embed_by_length(embedder, texts)
+    rows = embed_by_length(embedder, texts)
     out, position = [], 0
     for message, digest in zip(messages, hashes, strict=True):
         if digest in known:

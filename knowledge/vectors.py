@@ -1,12 +1,8 @@
 """Vectors of chunks, with the local embedding model messages use (providers.embeddings): the text a
 vector is made of leads with the chunk's path, symbol or heading, so a question naming them finds it."""
 
-from typing import Any
-
 from knowledge.chunking import Draft
-from providers.embeddings import embedder_status, to_bytes
-
-EMBED_BATCH = 8
+from providers.embeddings import embed_by_length, embedder_status, to_bytes
 
 
 def embedding_text(draft: Draft) -> str:
@@ -20,14 +16,8 @@ def draft_vectors(drafts: list[Draft]) -> tuple[list[bytes] | None, str]:
     if embedder is None or not drafts:
         return None, ""
     texts = [embedding_text(d) for d in drafts]
-    # Batches of similar length: a batch is padded to its longest text.
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    out: list[Any] = [None] * len(texts)
     try:
-        for i in range(0, len(order), EMBED_BATCH):
-            batch = order[i : i + EMBED_BATCH]
-            for position, vector in zip(batch, embedder.embed([texts[j] for j in batch]), strict=True):
-                out[position] = to_bytes(vector)
+        vectors = embed_by_length(embedder, texts)
     except Exception:  # a remote model that fails: the chunks stay searchable by words
         return None, ""
-    return out, embedder.name
+    return [to_bytes(v) for v in vectors], embedder.name

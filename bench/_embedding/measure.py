@@ -17,11 +17,11 @@ import numpy as np
 from django.conf import settings
 
 from bench._common import log, percentile
-from conversations.embedding import _embed_by_length, message_vectors_fill
+from conversations.embedding import message_vectors_fill
 from conversations.models import Message, MessageVector
 from conversations.services import conversation_create
 from providers import embeddings
-from providers.embeddings import embedder_status
+from providers.embeddings import embed_by_length, embedder_status
 from providers.passages import passage_spans, passages
 from retrieval.history import ConversationIndex
 from retrieval.questions import focused
@@ -68,7 +68,7 @@ def embed_rate(texts: list[str], threads: int, *, int8: bool) -> tuple[float, in
     embedder = embedder_for(threads=threads, int8=int8)
     pieces = [p for text in texts for p in passages(text)]
     started = time.perf_counter()
-    _embed_by_length(embedder, pieces)
+    embed_by_length(embedder, pieces)
     return len(texts) / (time.perf_counter() - started), len(pieces)
 
 
@@ -114,7 +114,7 @@ def catch_up_row(texts: list[str], size: int) -> list[str]:
         assert message_vectors_fill(conversation_id=conversation.pk) == CATCH_UP_NEW
         runs.append(time.perf_counter() - started)
         started = time.perf_counter()
-        _embed_by_length(embedder, newest_passages)
+        embed_by_length(embedder, newest_passages)
         alone.append(time.perf_counter() - started)
     run_ms, alone_ms = percentile(runs, 50) * 1e3, percentile(alone, 50) * 1e3
     return [f"{size:,}", f"{run_ms:.1f}", f"{alone_ms:.1f}", f"{run_ms / alone_ms:.2f}"]
