@@ -113,6 +113,9 @@ def run(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
         samples.rss.append((time.monotonic() - samples.started, stack.server_rss(), stack.workers_rss()))
         stop.set()
         drained = drain(stack, store, samples)
+        # The memory agent's runs are queued after the vectors they follow: the queue is read once they have
+        # caught up too, so that a task counted as left is one that nothing would run.
+        agent = agent_caught_up(shared)
         return {
             "stack": stack,
             "seconds": seconds,
@@ -122,7 +125,7 @@ def run(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
             "samples": samples,
             "drained": drained,
             "queued": queued_tasks(stack),
-            "agent": agent_caught_up(shared),
+            "agent": agent,
             "quiet_context": _quiet(stack, shared, machine),
             "stored": store.messages(),
             "vectors": store.vector_times(),
