@@ -25,15 +25,12 @@ class PoolKeepingWorkerFixup(DjangoWorkerFixup):
 
     def on_task_prerun(self, sender: Any, **kwargs: Any) -> None:
         if not getattr(sender.request, "is_eager", False):
-            self._connections_release()
+            self._db.close_old_connections()
 
     def on_task_postrun(self, sender: Any, **kwargs: Any) -> None:
         if not getattr(sender.request, "is_eager", False):
-            self._connections_release()
+            self._db.close_old_connections()
             self.close_cache()
-
-    def _connections_release(self) -> None:
-        self._db.close_old_connections()
 
 
 class PoolKeepingFixup(DjangoFixup):
