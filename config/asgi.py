@@ -9,6 +9,7 @@ reused threads instead, and the event loop only carries bytes."""
 import asyncio
 import json
 import os
+import time
 from typing import Any
 
 from a2wsgi import WSGIMiddleware
@@ -23,6 +24,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.django.production")
 django_wsgi_app = get_wsgi_application()
 
 from config.log_redaction import redact_server_logs  # noqa: E402
+from config.ops import RECEIVED  # noqa: E402
 
 redact_server_logs()  # uvicorn logs a socket's path with its ?api_key=
 
@@ -54,6 +56,8 @@ class ThreadedHttp:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         events_bind_loop(asyncio.get_running_loop())
+        # Noted for the request's Server-Timing (config.ops): how long it then waits for a thread.
+        scope = {**scope, RECEIVED: time.perf_counter()}
         if scope.get("path", "").startswith(PROXY_PREFIX):
             await self.async_app(scope, receive, send)
             return

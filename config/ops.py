@@ -17,7 +17,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from config.startup import warm_state
-from providers.metrics import REQUEST_SECONDS, metrics_render
+from providers.metrics import REQUEST_QUEUE_SECONDS, REQUEST_SECONDS, metrics_render
 from retrieval.vectors.health import vector_store_check
 
 logger = logging.getLogger(__name__)
@@ -26,23 +26,46 @@ logger = logging.getLogger(__name__)
 _METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 
 
+# Where the server notes when it received a request, in its ASGI scope (config.asgi): a perf_counter().
+RECEIVED = "mnemo.received"
+
+
 class RequestMetricsMiddleware:
-    """Request latency by route name, method and status class (mnemo_http_request_duration_seconds). First
-    in MIDDLEWARE, so the time includes the other middleware; a streamed body counts until its first byte."""
+    """Request latency by route name, method and status class (mnemo_http_request_duration_seconds), and how
+    long a request waited between the server receiving it and a thread taking it up
+    (mnemo_http_request_queue_seconds); both in the response's Server-Timing header too (`queue`, `app`), so
+    a client can tell a server that is busy from a request that is dear. First in MIDDLEWARE, so the time
+    includes the other middleware; a streamed body counts until its first byte."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         started = time.perf_counter()
+        received = _received(request)
         response = self.get_response(request)
+        finished = time.perf_counter()
         match = getattr(request, "resolver_match", None)
         REQUEST_SECONDS.labels(
             route=match.view_name if match is not None else "unmatched",
             method=request.method if request.method in _METHODS else "other",
             status=f"{response.status_code // 100}xx",
-        ).observe(time.perf_counter() - started)
+        ).observe(finished - started)
+        timing = f"app;dur={(finished - started) * 1000:.1f}"
+        if received is not None:
+            queued = max(0.0, started - received)
+            REQUEST_QUEUE_SECONDS.observe(queued)
+            timing = f"queue;dur={queued * 1000:.1f}, {timing}"
+        response["Server-Timing"] = timing
         return response
+
+
+def _received(request: HttpRequest) -> float | None:
+    """When the server received the request (config.asgi), if it came through it: the WSGI environ of a2wsgi
+    carries the ASGI scope, an async view's request the scope itself."""
+    scope = getattr(request, "scope", None) or request.META.get("asgi.scope") or {}
+    received = scope.get(RECEIVED)
+    return received if isinstance(received, float) else None
 
 
 @never_cache

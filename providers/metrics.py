@@ -22,6 +22,13 @@ REQUEST_SECONDS = Histogram(
     "HTTP requests by route name, method and status class.",
     ["route", "method", "status"],
 )
+# From the server receiving a request to a thread taking it up (config.asgi, config.ops): near zero while
+# the server keeps up; waiting for a free thread, or for the GIL on a busy process, once it does not.
+REQUEST_QUEUE_SECONDS = Histogram(
+    "mnemo_http_request_queue_seconds",
+    "HTTP requests' wait between the server receiving them and a thread starting on them.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
 # Stages take from well under a millisecond (overlay) to tens of milliseconds (retrieve, render).
 CONTEXT_STAGE_SECONDS = Histogram(
     "mnemo_context_stage_duration_seconds",

@@ -4,6 +4,7 @@ weight."""
 from __future__ import annotations
 
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -44,6 +45,17 @@ class Record:
     status: int
     ms: float
     html: bool
+    # The server's Server-Timing (config.ops): waiting for a thread after it received the request, then the
+    # middleware and the view; None when the response did not say.
+    queue_ms: float | None = None
+    app_ms: float | None = None
+
+
+_TIMING = re.compile(r"(queue|app);dur=([0-9.]+)")
+
+
+def server_timing(response: httpx.Response) -> dict[str, float]:
+    return {name: float(ms) for name, ms in _TIMING.findall(response.headers.get("server-timing", ""))}
 
 
 @dataclass
@@ -83,7 +95,9 @@ class Client:
             return None
         ms = (time.perf_counter() - started) * 1000
         html = response.headers.get("content-type", "").startswith("text/html")
-        self.shared.records.append(Record(endpoint, response.status_code, ms, html))
+        timing = server_timing(response)
+        record = Record(endpoint, response.status_code, ms, html, timing.get("queue"), timing.get("app"))
+        self.shared.records.append(record)
         if response.status_code >= 500:
             self.shared.errors.append(f"{endpoint} {response.status_code}: {response.text[:300]}")
         return response

@@ -39,6 +39,21 @@ def latency_table(records: list[Record]) -> str:
     return render_table(["endpoint", "requests", "p50 ms", "p99 ms"], rows)
 
 
+def slowest_context(records: list[Record], share: float = 0.02) -> str:
+    """Where the slowest `share` of the context calls spent their time, by the server's Server-Timing: waiting
+    for a thread after the server received them, in the server (middleware and view), and the rest (the event
+    loop, the network, the client); means in ms."""
+    timed = [r for r in records if r.endpoint.startswith("context") and r.app_ms is not None]
+    if not timed:
+        return "n/a (no Server-Timing)"
+    slowest = sorted(timed, key=lambda r: r.ms)[-max(1, round(len(timed) * share)) :]
+    queue = sum(r.queue_ms or 0.0 for r in slowest) / len(slowest)
+    app = sum(r.app_ms or 0.0 for r in slowest) / len(slowest)
+    total = sum(r.ms for r in slowest) / len(slowest)
+    rest = total - queue - app
+    return f"{total:.1f} = {queue:.1f} waiting for a thread + {app:.1f} in the server + {rest:.1f} rest"
+
+
 def backlog_line(samples: Samples) -> str:
     points = samples.backlog[:: max(1, len(samples.backlog) // 16)] + samples.backlog[-1:]
     return ", ".join(f"{t:.0f}s:{n}" for t, n in points)
@@ -72,6 +87,7 @@ def summary(result: dict[str, Any]) -> list[list[str]]:
         ["memory agent caught up", result["agent"]],
         ["context p50 / p99 (all budgets)", context_ms],
         ["baseline: context p50 / p99 after the load, one client", quiet_ms],
+        ["slowest 2 % of context calls under the load, mean ms", slowest_context(shared.records)],
         ["server RSS start / warm / end", f"{start:.0f} / {at_warm:.0f} / {end:.0f} MB ({growth:+.1f} %)"],
         ["PostgreSQL autovacuum", result["stack"].autovacuum],
         ["machine load average (5 min) at the end of the load", f"{result['load_average']:.1f}"],

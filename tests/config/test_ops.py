@@ -3,8 +3,10 @@ metrics for loopback (or the configured networks and token) only, and metrics th
 pipeline, a degradation, a task and a usage report happen."""
 
 import ipaddress
+import re
 from unittest import mock
 
+import httpx
 import pytest
 from django.db import OperationalError
 from django.test import Client
@@ -215,6 +217,29 @@ def test_unknown_routes_and_methods_do_not_grow_the_label_set():
     assert value(after, name, **unmatched) == value(before, name, **unmatched) + 1
     brew = {"route": "healthz", "method": "other", "status": "4xx"}
     assert value(after, name, **brew) == value(before, name, **brew) + 1
+
+
+def test_a_response_says_how_long_the_server_worked_on_it(owner, conversation):
+    """Server-Timing `app`: the middleware and the view; without the server in front (the test client) there
+    is no `queue` to tell."""
+    response = owner.client.get(f"/api/v1/conversations/{conversation.id}")
+    assert response.status_code == 200
+    assert re.fullmatch(r"app;dur=\d+\.\d", response["Server-Timing"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_through_the_server_a_response_says_how_long_it_waited_for_a_thread():
+    """Through uvicorn and config.asgi, as deployed: `queue` is the wait between the server receiving the
+    request and a thread starting on it; the histogram counts it."""
+    from tests.conversations.test_websocket_server import server
+
+    before = value(scrape(), "mnemo_http_request_queue_seconds_count")
+    with server() as ws_url:
+        response = httpx.get("http" + ws_url.removeprefix("ws") + "/healthz", timeout=10)
+    assert response.status_code == 200
+    timing = re.fullmatch(r"queue;dur=(\d+\.\d), app;dur=(\d+\.\d)", response.headers["server-timing"])
+    assert timing is not None, response.headers["server-timing"]
+    assert value(scrape(), "mnemo_http_request_queue_seconds_count") == before + 1
 
 
 def test_task_outcomes_and_durations_are_counted(conversation):
