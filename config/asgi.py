@@ -56,11 +56,11 @@ class ThreadedHttp:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         events_bind_loop(asyncio.get_running_loop())
-        # Noted for the request's Server-Timing (config.ops): how long it then waits for a thread.
-        scope = {**scope, RECEIVED: time.perf_counter()}
         if scope.get("path", "").startswith(PROXY_PREFIX):
             await self.async_app(scope, receive, send)
             return
+        # Noted for the request's Server-Timing (config.ops): how long it then waits for a thread.
+        scope = {**scope, RECEIVED: time.perf_counter()}
         headers = dict(scope.get("headers") or ())
         if b"chunked" in headers.get(b"transfer-encoding", b"").lower() and b"content-length" not in headers:
             # The WSGI handler reads Content-Length bytes: a chunked body would arrive empty.
