@@ -12,6 +12,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 from django.conf import settings
@@ -229,6 +230,22 @@ def background_priority_lower() -> None:
     eases). A system that refuses the change leaves the priority as it was."""
     if settings.MNEMO_BACKGROUND_NICE:
         try:
-            os.nice(settings.MNEMO_BACKGROUND_NICE)
+            nice = os.nice(settings.MNEMO_BACKGROUND_NICE)
+            _autogroup_lower(nice)
         except OSError as exc:
             logger.warning("background priority left as it was: %s", exc)
+
+
+AUTOGROUP = Path("/proc/self/autogroup")
+
+
+def _autogroup_lower(nice: int) -> None:
+    """Linux shares the CPU between sessions first (autogroup, on by default on many systems) and weighs a
+    niceness only inside its session: a worker that leads a session of its own (started by a service manager,
+    by `setsid`, in a terminal of its own) took as much CPU as the server however nice it was. Such a worker's
+    group holds only it and the processes it forks, so the group is given the same niceness. A worker that
+    shares its session (the embedded worker, the server's child) shares its group with the server, which
+    keeps its priority: there the process's own niceness already weighs."""
+    if os.getsid(0) != os.getpid() or not AUTOGROUP.exists():
+        return
+    AUTOGROUP.write_text(f"{nice}\n")

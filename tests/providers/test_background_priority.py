@@ -6,7 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from providers.background import background_join, background_priority_lower, task_send
+import pytest
+
+from providers.background import AUTOGROUP, background_join, background_priority_lower, task_send
 from tests.providers.worker.tasks import echo
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,11 +28,15 @@ def test_the_embedded_workers_child_runs_at_a_lower_priority(worker):
     assert nice_of(child) == min(19, nice_of(os.getpid()) + 10)
 
 
-def worker_init_nice(nice: str) -> int:
+def worker_init_nice(nice: str, *, session_of_its_own: bool = False) -> int:
     """A fresh process sends Celery's worker_init, as a starting worker does; its niceness afterwards."""
+    return int(worker_init_prints(nice, "os.nice(0)", session_of_its_own=session_of_its_own))
+
+
+def worker_init_prints(nice: str, expression: str, *, session_of_its_own: bool = False) -> str:
     code = (
         "import os, django; django.setup(); from celery.signals import worker_init; "
-        "worker_init.send(sender=None); print(os.nice(0))"
+        f"worker_init.send(sender=None); print({expression})"
     )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.django.test", "MNEMO_BACKGROUND_NICE": nice}
     done = subprocess.run(
@@ -41,8 +47,32 @@ def worker_init_nice(nice: str) -> int:
         text=True,
         timeout=120,
         check=True,
+        start_new_session=session_of_its_own,
     )
-    return int(done.stdout.strip().splitlines()[-1])
+    return done.stdout.strip().splitlines()[-1]
+
+
+def autogroup_nice(text: str) -> int:
+    """The niceness in /proc/PID/autogroup ("/autogroup-12 nice 0")."""
+    return int(text.split()[-1])
+
+
+needs_autogroup = pytest.mark.skipif(not AUTOGROUP.exists(), reason="no autogroup in this kernel")
+AUTOGROUP_READ = "open('/proc/self/autogroup').read()"
+
+
+@needs_autogroup
+def test_a_worker_leading_its_own_session_lowers_its_session_too():
+    """Linux shares the CPU between sessions before it weighs a niceness: a worker alone in its session
+    lowers that session's weight, or it takes as much CPU as the server."""
+    printed = worker_init_prints("7", AUTOGROUP_READ, session_of_its_own=True)
+    assert autogroup_nice(printed) == min(19, nice_of(os.getpid()) + 7)
+
+
+@needs_autogroup
+def test_a_worker_sharing_the_servers_session_leaves_the_session_alone():
+    ours = autogroup_nice(AUTOGROUP.read_text())
+    assert autogroup_nice(worker_init_prints("7", AUTOGROUP_READ)) == ours
 
 
 def test_a_celery_worker_lowers_its_priority_as_it_starts():
