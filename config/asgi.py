@@ -23,6 +23,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.django.production")
 # Django must be set up before anything imports models (the WebSocket routes do).
 django_wsgi_app = get_wsgi_application()
 
+from config.lanes import FOREGROUND_PATH  # noqa: E402
 from config.log_redaction import redact_server_logs  # noqa: E402
 from config.ops import RECEIVED  # noqa: E402
 
@@ -43,14 +44,17 @@ PROXY_PREFIX = "/v1/"
 
 
 class ThreadedHttp:
-    """HTTP requests on MNEMO_HTTP_THREADS reused threads. The server's event loop is handed to the event
-    publisher, so events raised on those threads reach this process's sockets (and the in-memory channel
-    layer, whose queues belong to this loop)."""
+    """HTTP requests on MNEMO_HTTP_THREADS reused threads, context calls on MNEMO_HTTP_FOREGROUND_THREADS of
+    their own: the other requests step aside for them (providers.lanes), and one that stepped aside still
+    holds its thread, so a context call queued behind it would wait for the call it stepped aside for. The
+    server's event loop is handed to the event publisher, so events raised on those threads reach this
+    process's sockets (and the in-memory channel layer, whose queues belong to this loop)."""
 
-    def __init__(self, wsgi_app: Any, threads: int) -> None:
+    def __init__(self, wsgi_app: Any, threads: int, foreground_threads: int) -> None:
         # Static files (the admin's, Swagger UI's) are answered before Django's middleware.
         # django-stubs type the handler's __call__ as returning a response, the WSGI body iterable it is.
         self.app = WSGIMiddleware(StaticFilesHandler(wsgi_app), workers=threads)  # type: ignore[arg-type]
+        self.foreground_app = WSGIMiddleware(wsgi_app, workers=foreground_threads)
         # The chat proxy's async views (/v1/) stream a reply as it arrives: Django's ASGI handler runs them.
         self.async_app = ProxyASGIHandler()
 
@@ -66,7 +70,8 @@ class ThreadedHttp:
             # The WSGI handler reads Content-Length bytes: a chunked body would arrive empty.
             await _refuse_length_required(send)
             return
-        await self.app(scope, _coroutine(receive), _coroutine(send))
+        app = self.foreground_app if FOREGROUND_PATH.fullmatch(scope.get("path", "")) else self.app
+        await app(scope, _coroutine(receive), _coroutine(send))
 
 
 def _coroutine(channel: Any) -> Any:
@@ -97,7 +102,9 @@ async def _refuse_length_required(send: Any) -> None:
 
 application = ProtocolTypeRouter(
     {
-        "http": ThreadedHttp(django_wsgi_app, settings.MNEMO_HTTP_THREADS),
+        "http": ThreadedHttp(
+            django_wsgi_app, settings.MNEMO_HTTP_THREADS, settings.MNEMO_HTTP_FOREGROUND_THREADS
+        ),
         # No Origin check: sockets authenticate with an API key, not a cookie, so a foreign page cannot
         # ride on a user's session; non-browser clients send no Origin at all.
         "websocket": URLRouter(websocket_urlpatterns),

@@ -76,6 +76,7 @@ MIDDLEWARE = [
     "config.ops.RequestMetricsMiddleware",
     # Next, so that whatever fails below it under /api/ answers in JSON with the request id.
     "config.errors.ApiErrorMiddleware",
+    "config.lanes.LaneMiddleware",  # context calls first (MNEMO_BACKGROUND_YIELD_MS below)
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -96,6 +97,12 @@ WSGI_APPLICATION = "config.wsgi.application"
 # GIL most of the time: a few threads serve more appends than many (fewer hand-offs of the GIL;
 # bench/append.py).
 MNEMO_HTTP_THREADS = env_int("MNEMO_HTTP_THREADS", 4, minimum=1)
+# Context calls come first (providers/lanes.py, docs/operations.md): they run on FOREGROUND_THREADS of their
+# own (count them in the sum above), other requests step aside for them for BACKGROUND_YIELD_MS in all, and
+# background work on the machine for TASK_YIELD_MS before each batch it embeds (0: never step aside).
+MNEMO_HTTP_FOREGROUND_THREADS = env_int("MNEMO_HTTP_FOREGROUND_THREADS", 4, minimum=1)
+MNEMO_BACKGROUND_YIELD_MS = env_int("MNEMO_BACKGROUND_YIELD_MS", 500, minimum=0)
+MNEMO_TASK_YIELD_MS = env_int("MNEMO_TASK_YIELD_MS", 50, minimum=0)
 # glibc malloc arenas a server process may use (config.startup.malloc_arenas_cap; 0: glibc's default, up to
 # eight per core): fewer arenas keep a long-running server's resident memory from creeping up.
 MNEMO_MALLOC_ARENAS = env_int("MNEMO_MALLOC_ARENAS", 2, minimum=0)
@@ -506,8 +513,7 @@ MNEMO_EMBEDDED_WORKER = env_str("MNEMO_EMBEDDED_WORKER") or "process"
 if MNEMO_EMBEDDED_WORKER not in ("process", "thread"):
     raise ImproperlyConfigured("MNEMO_EMBEDDED_WORKER must be process or thread")
 # Background processes (Celery workers, the embedded worker process) lower their CPU priority by this much
-# (os.nice; 0: as the server): on cores shared with a server, requests are served first and the background
-# work takes the rest. On a machine of their own it changes nothing.
+# (os.nice; 0: as the server): on cores shared with a server, requests are served first.
 MNEMO_BACKGROUND_NICE = env_int("MNEMO_BACKGROUND_NICE", 10, minimum=0)
 # Conversations whose whole-history retrieval index a server process keeps in memory (least recently used go).
 MNEMO_RECALL_INDEX_CONVERSATIONS = env_int("MNEMO_RECALL_INDEX_CONVERSATIONS", 64, minimum=1)

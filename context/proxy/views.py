@@ -27,6 +27,7 @@ from context.proxy.services import (
 )
 from context.proxy.upstream import Reply
 from context.proxy.wire import ANTHROPIC, OPENAI, ProxyRequest, anthropic_request, openai_request
+from providers.lanes import foreground
 from tenants.authentication import authenticate_raw_key, bearer_token
 from tenants.models import Tenant
 
@@ -51,14 +52,16 @@ def _tenant(raw_key: str | None) -> Tenant:
 
 def _prepare(request: HttpRequest, parse: Callable[..., ProxyRequest]) -> Prepared:
     """Everything before the upstream call, in one trip to the worker thread: the key, the body, the
-    conversation, the new messages and the context."""
-    tenant = _tenant(_raw_key(request))
-    proxy_request = parse(_json(request), header_user=request.headers.get(USER_HEADER) or None)
-    return proxy_prepare(
-        tenant=tenant,
-        request=proxy_request,
-        conversation_id=request.headers.get(CONVERSATION_HEADER) or None,
-    )
+    conversation, the new messages and the context. The client is blocked on it, as on a context call: the
+    process's other requests step aside while it runs (providers.lanes)."""
+    with foreground():
+        tenant = _tenant(_raw_key(request))
+        proxy_request = parse(_json(request), header_user=request.headers.get(USER_HEADER) or None)
+        return proxy_prepare(
+            tenant=tenant,
+            request=proxy_request,
+            conversation_id=request.headers.get(CONVERSATION_HEADER) or None,
+        )
 
 
 # A \uD800-\uDFFF escape: JSON lets one stand alone, which decodes to a str that cannot be stored or hashed.

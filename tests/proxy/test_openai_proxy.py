@@ -387,3 +387,23 @@ def test_the_upstream_key_never_reaches_a_response_or_the_log(owner, mnemo_url, 
     assert all(UPSTREAM_KEY not in text for text in seen)
     assert UPSTREAM_KEY not in caplog.text
     assert llm_server.requests[0]["auth"] == f"Bearer {UPSTREAM_KEY}"  # it was sent, upstream only
+
+
+def test_the_preparation_runs_in_the_foreground(owner, mnemo_url, llm_server, monkeypatch):
+    """The client waits on it as on a context call: the process's other requests step aside meanwhile
+    (providers.lanes)."""
+    from context.proxy import views
+    from providers import lanes
+
+    seen = []
+    prepare = views.proxy_prepare
+
+    def recording(**kwargs):
+        seen.append(lanes.foreground_calls())
+        return prepare(**kwargs)
+
+    monkeypatch.setattr(views, "proxy_prepare", recording)
+    ask(client(mnemo_url, owner.raw_key), [{"role": "user", "content": "Anyone there?"}])
+
+    assert seen == [1]
+    assert lanes.foreground_calls() == 0
