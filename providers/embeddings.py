@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 from django.conf import settings
 
-from providers.lanes import host_step_aside
 from providers.quantize import dynamic_int8
 
 logger = logging.getLogger(__name__)
@@ -108,8 +107,6 @@ def embed_by_length(embedder: Embedder, texts: list[str]) -> list[np.ndarray]:
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out: list[np.ndarray] = [np.zeros(0, dtype=np.float32)] * len(texts)
     for i in range(0, len(order), EMBED_BATCH):
-        # The model takes a core for a while: a server on this machine answering a context call goes first.
-        host_step_aside(settings.MNEMO_TASK_YIELD_MS / 1000)
         chunk = order[i : i + EMBED_BATCH]
         for position, vector in zip(chunk, embedder.embed([texts[j] for j in chunk]), strict=True):
             out[position] = vector

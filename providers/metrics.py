@@ -29,11 +29,11 @@ REQUEST_QUEUE_SECONDS = Histogram(
     "HTTP requests' wait between the server receiving them and a thread starting on them.",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
-# Background requests, and background work on the machine, stepping aside for foreground calls (context
-# calls; providers/lanes.py): how much the lanes delayed writes and embeddings, summed.
+# Background requests stepping aside while a foreground call (a context call) runs in their process
+# (providers/lanes.py): how much the lanes delayed writes, summed over requests.
 BACKGROUND_YIELD_SECONDS = Counter(
     "mnemo_background_yield_seconds",
-    "Seconds background requests and tasks waited for foreground calls (providers/lanes.py).",
+    "Seconds background requests waited for foreground calls of their process (providers/lanes.py).",
 )
 # Stages take from well under a millisecond (overlay) to tens of milliseconds (retrieve, render).
 CONTEXT_STAGE_SECONDS = Histogram(

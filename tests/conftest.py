@@ -2,6 +2,7 @@
 an outsider tenant with a key of its own."""
 
 import re
+import threading
 from dataclasses import dataclass
 
 import pytest
@@ -9,7 +10,7 @@ from rest_framework.test import APIClient
 
 from conversations.models import Conversation
 from conversations.services import conversation_create
-from providers import embeddings
+from providers import embeddings, lanes
 from tenants.models import ApiKey, Membership, Tenant
 from tenants.services import tenant_create
 from tests.factories import MembershipFactory
@@ -106,3 +107,23 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             f"{count} skipped: need {service} (make test-services runs them)", yellow=True
         )
+
+
+@pytest.fixture
+def held():
+    """A foreground call (providers.lanes) running on another thread until the test sets the event it
+    yields."""
+    release = threading.Event()
+    started = threading.Event()
+
+    def hold() -> None:
+        with lanes.foreground():
+            started.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert started.wait(5)
+    yield release
+    release.set()
+    thread.join()

@@ -98,11 +98,10 @@ WSGI_APPLICATION = "config.wsgi.application"
 # bench/append.py).
 MNEMO_HTTP_THREADS = env_int("MNEMO_HTTP_THREADS", 4, minimum=1)
 # Context calls come first (providers/lanes.py, docs/operations.md): they run on FOREGROUND_THREADS of their
-# own (count them in the sum above), other requests step aside for them for BACKGROUND_YIELD_MS in all, and
-# background work on the machine for TASK_YIELD_MS before each batch it embeds (0: never step aside).
+# own (count them in the sum above), and other requests step aside for them for at most BACKGROUND_YIELD_MS
+# each in all (0: never).
 MNEMO_HTTP_FOREGROUND_THREADS = env_int("MNEMO_HTTP_FOREGROUND_THREADS", 4, minimum=1)
 MNEMO_BACKGROUND_YIELD_MS = env_int("MNEMO_BACKGROUND_YIELD_MS", 500, minimum=0)
-MNEMO_TASK_YIELD_MS = env_int("MNEMO_TASK_YIELD_MS", 50, minimum=0)
 # glibc malloc arenas a server process may use (config.startup.malloc_arenas_cap; 0: glibc's default, up to
 # eight per core): fewer arenas keep a long-running server's resident memory from creeping up.
 MNEMO_MALLOC_ARENAS = env_int("MNEMO_MALLOC_ARENAS", 2, minimum=0)

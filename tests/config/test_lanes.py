@@ -17,25 +17,6 @@ from tests.context.helpers import context_call
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def held():
-    """A foreground call running on another thread until the test sets the event it yields."""
-    release = threading.Event()
-    started = threading.Event()
-
-    def hold() -> None:
-        with lanes.foreground():
-            started.set()
-            release.wait(30)
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    assert started.wait(5)
-    yield release
-    release.set()
-    thread.join()
-
-
 def test_a_request_answers_only_once_the_foreground_call_has_ended(owner, conversation, held, settings):
     settings.MNEMO_BACKGROUND_YIELD_MS = 30_000
     threading.Timer(0.3, held.set).start()
