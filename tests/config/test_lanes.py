@@ -29,30 +29,33 @@ def test_a_request_answers_only_once_the_foreground_call_has_ended(owner, conver
 
 def test_its_budget_bounds_the_wait(owner, conversation, held, settings):
     settings.MNEMO_BACKGROUND_YIELD_MS = 100
+    before = BACKGROUND_YIELD_SECONDS._value.get()
 
     response = owner.client.get(f"/api/v1/conversations/{conversation.id}/messages")
 
     assert response.status_code == 200
+    assert 0.09 <= BACKGROUND_YIELD_SECONDS._value.get() - before < 5  # it waited, then went on
     assert not held.is_set()  # the foreground call still runs
 
 
 def test_zero_turns_the_lanes_off(owner, conversation, held, settings):
     settings.MNEMO_BACKGROUND_YIELD_MS = 0
+    before = BACKGROUND_YIELD_SECONDS._value.get()
 
     response = owner.client.get(f"/api/v1/conversations/{conversation.id}/messages")
 
     assert response.status_code == 200
-    assert not held.is_set()
+    assert BACKGROUND_YIELD_SECONDS._value.get() == before
 
 
 def test_a_context_call_does_not_wait_for_another(owner, conversation, held, settings):
     settings.MNEMO_BACKGROUND_YIELD_MS = 30_000
-    threading.Timer(5, held.set).start()
+    before = BACKGROUND_YIELD_SECONDS._value.get()
 
     response = context_call(owner, conversation, user_message="What did we decide?")
 
     assert response.status_code == 200, response.content
-    assert not held.is_set()
+    assert BACKGROUND_YIELD_SECONDS._value.get() == before  # it never stepped aside
 
 
 def test_statements_inside_a_transaction_do_not_step_aside(held):
