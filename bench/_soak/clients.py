@@ -49,6 +49,7 @@ class Record:
     # middleware and the view; None when the response did not say.
     queue_ms: float | None = None
     app_ms: float | None = None
+    at: float = field(default_factory=time.monotonic)  # when the answer came (the report's minutes)
 
 
 _TIMING = re.compile(r"(queue|app);dur=([0-9.]+)")

@@ -54,6 +54,21 @@ def slowest_context(records: list[Record], share: float = 0.02) -> str:
     return f"{total:.1f} = {queue:.1f} waiting for a thread + {app:.1f} in the server + {rest:.1f} rest"
 
 
+def context_by_minute(records: list[Record], started: float, seconds: float) -> str:
+    """Context p50 / p99 in each minute of the load: the tail grows as the conversations do, which one
+    figure for the whole run hides. The last requests, answered after the deadline, count in the last
+    minute."""
+    last = max(0, int(seconds // 60) - 1)
+    by_minute: dict[int, list[float]] = defaultdict(list)
+    for record in records:
+        if record.endpoint.startswith("context"):
+            by_minute[min(last, int((record.at - started) // 60))].append(record.ms)
+    return ", ".join(
+        f"{minute + 1}: {percentile(ms, 50):.0f} / {percentile(ms, 99):.0f}"
+        for minute, ms in sorted(by_minute.items())
+    )
+
+
 def backlog_line(samples: Samples) -> str:
     points = samples.backlog[:: max(1, len(samples.backlog) // 16)] + samples.backlog[-1:]
     return ", ".join(f"{t:.0f}s:{n}" for t, n in points)
@@ -88,6 +103,10 @@ def summary(result: dict[str, Any]) -> list[list[str]]:
         ["context p50 / p99 (all budgets)", context_ms],
         ["baseline: context p50 / p99 after the load, one client", quiet_ms],
         ["slowest 2 % of context calls under the load, mean ms", slowest_context(shared.records)],
+        [
+            "context p50 / p99 by minute of the load, ms",
+            context_by_minute(shared.records, samples.started, result["seconds"]),
+        ],
         ["server RSS start / warm / end", f"{start:.0f} / {at_warm:.0f} / {end:.0f} MB ({growth:+.1f} %)"],
         ["PostgreSQL autovacuum", result["stack"].autovacuum],
         ["machine load average (5 min) at the end of the load", f"{result['load_average']:.1f}"],
