@@ -16,11 +16,6 @@ def test_nothing_waits_while_no_foreground_call_runs():
         assert lanes.step_aside() == 0.0
 
 
-def test_a_foreground_call_never_waits_for_another(held):
-    with lanes.foreground():
-        assert lanes.step_aside() == 0.0
-
-
 def test_work_outside_the_lanes_never_waits(held):
     assert lanes.step_aside() == 0.0  # no lane: a task, a command, a read beside a foreground call
 
@@ -46,6 +41,6 @@ def test_the_budget_bounds_the_waits_of_a_request_in_all(held):
     assert not held.is_set()
 
 
-def test_a_foreground_call_begun_in_the_background_lane_does_not_step_aside(held):
+def test_a_foreground_call_never_waits_for_another_even_begun_in_the_background_lane(held):
     with lanes.background(5.0), lanes.foreground():
         assert lanes.step_aside() == 0.0
