@@ -49,10 +49,11 @@ class Record:
     # middleware and the view; None when the response did not say.
     queue_ms: float | None = None
     app_ms: float | None = None
+    cpu_ms: float | None = None  # what the request's thread ran of app_ms
     at: float = field(default_factory=time.monotonic)  # when the answer came (the report's minutes)
 
 
-_TIMING = re.compile(r"(queue|app);dur=([0-9.]+)")
+_TIMING = re.compile(r"(queue|app|cpu);dur=([0-9.]+)")
 
 
 def server_timing(response: httpx.Response) -> dict[str, float]:
@@ -97,7 +98,8 @@ class Client:
         ms = (time.perf_counter() - started) * 1000
         html = response.headers.get("content-type", "").startswith("text/html")
         timing = server_timing(response)
-        record = Record(endpoint, response.status_code, ms, html, timing.get("queue"), timing.get("app"))
+        queue, app, cpu = (timing.get(name) for name in ("queue", "app", "cpu"))
+        record = Record(endpoint, response.status_code, ms, html, queue, app, cpu)
         self.shared.records.append(record)
         if response.status_code >= 500:
             self.shared.errors.append(f"{endpoint} {response.status_code}: {response.text[:300]}")

@@ -41,17 +41,21 @@ def latency_table(records: list[Record]) -> str:
 
 def slowest_context(records: list[Record], share: float = 0.02) -> str:
     """Where the slowest `share` of the context calls spent their time, by the server's Server-Timing: waiting
-    for a thread after the server received them, in the server (middleware and view), and the rest (the event
-    loop, the network, the client); means in ms."""
+    for a thread after the server received them, in the server (middleware and view; how much of it the
+    request's thread ran), and the rest (the event loop, the network, the client); means in ms."""
     timed = [r for r in records if r.endpoint.startswith("context") and r.app_ms is not None]
     if not timed:
         return "n/a (no Server-Timing)"
     slowest = sorted(timed, key=lambda r: r.ms)[-max(1, round(len(timed) * share)) :]
     queue = sum(r.queue_ms or 0.0 for r in slowest) / len(slowest)
     app = sum(r.app_ms or 0.0 for r in slowest) / len(slowest)
+    cpu = sum(r.cpu_ms or 0.0 for r in slowest) / len(slowest)
     total = sum(r.ms for r in slowest) / len(slowest)
     rest = total - queue - app
-    return f"{total:.1f} = {queue:.1f} waiting for a thread + {app:.1f} in the server + {rest:.1f} rest"
+    return (
+        f"{total:.1f} = {queue:.1f} waiting for a thread + {app:.1f} in the server ({cpu:.1f} running)"
+        f" + {rest:.1f} rest"
+    )
 
 
 def context_by_minute(records: list[Record], started: float, seconds: float) -> str:

@@ -220,11 +220,13 @@ def test_unknown_routes_and_methods_do_not_grow_the_label_set():
 
 
 def test_a_response_says_how_long_the_server_worked_on_it(owner, conversation):
-    """Server-Timing `app`: the middleware and the view; without the server in front (the test client) there
-    is no `queue` to tell."""
+    """Server-Timing `app`: the middleware and the view, and `cpu`, what the request's thread ran of it;
+    without the server in front (the test client) there is no `queue` to tell."""
     response = owner.client.get(f"/api/v1/conversations/{conversation.id}")
     assert response.status_code == 200
-    assert re.fullmatch(r"app;dur=\d+\.\d", response["Server-Timing"])
+    timing = re.fullmatch(r"app;dur=(\d+\.\d), cpu;dur=(\d+\.\d)", response["Server-Timing"])
+    assert timing is not None, response["Server-Timing"]
+    assert float(timing[2]) <= float(timing[1]) + 0.1  # a thread cannot run longer than it took
 
 
 @pytest.mark.django_db(transaction=True)
@@ -237,7 +239,9 @@ def test_through_the_server_a_response_says_how_long_it_waited_for_a_thread():
     with server() as ws_url:
         response = httpx.get("http" + ws_url.removeprefix("ws") + "/healthz", timeout=10)
     assert response.status_code == 200
-    timing = re.fullmatch(r"queue;dur=(\d+\.\d), app;dur=(\d+\.\d)", response.headers["server-timing"])
+    timing = re.fullmatch(
+        r"queue;dur=(\d+\.\d), app;dur=(\d+\.\d), cpu;dur=\d+\.\d", response.headers["server-timing"]
+    )
     assert timing is not None, response.headers["server-timing"]
     assert value(scrape(), "mnemo_http_request_queue_seconds_count") == before + 1
 
