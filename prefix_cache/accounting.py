@@ -1,7 +1,6 @@
 """Token counts of texts that recur from call to call (the system message and its prefixes, the messages
-retrieval quotes), memoised by content hash so a request re-uses a count instead of re-tokenising."""
+retrieval quotes), memoised so a request re-uses a count instead of re-tokenising."""
 
-import hashlib
 import threading
 from collections import OrderedDict
 
@@ -10,7 +9,10 @@ from providers.tokens import count_text
 
 # Room for every message a busy process's retrieval quotes, not only the system messages.
 _MAX_ENTRIES = 32768
-_cache: OrderedDict[tuple[str, bytes], int] = OrderedDict()
+# By the text's hash and length, not by the text (as providers.dates.mentions): the cache must not keep every
+# quoted message alive, and a context call looks up hundreds of retrieved texts, whose str hash is one pass
+# in C where a digest of their encoded bytes cost more than the rest of the lookup.
+_cache: OrderedDict[tuple[str, int, int], int] = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -30,7 +32,7 @@ def count_cached_parts(parts: list[str], *, model: str) -> int:
 def _count(text: str, encoding: str) -> int:
     if not text:
         return 0
-    key = (encoding, hashlib.blake2b(text.encode(), digest_size=16).digest())
+    key = (encoding, hash(text), len(text))
     with _lock:
         hit = _cache.get(key)
         if hit is not None:
