@@ -374,7 +374,8 @@ def _hits(
     hits, each read as a numpy scalar, cost more than the ranking."""
     positions = best.tolist()
     passages = [index.passages[i] for i in positions]
-    scores = zip(positions, passages, fused[best].tolist(), lexical[best].tolist(), strict=True)
+    similarities = index.vectors.cosines(positions, query_vector)
+    scores = zip(passages, fused[best].tolist(), lexical[best].tolist(), similarities, strict=True)
     return [
         PassageHit(
             message=index.messages[passage.message],
@@ -382,9 +383,9 @@ def _hits(
             end=passage.end,
             score=round(score, 6),
             lexical=round(lexical_score, 4),
-            similarity=_cosine(index.vectors.get(i), query_vector),
+            similarity=similarity,
         )
-        for i, passage, score, lexical_score in scores
+        for passage, score, lexical_score, similarity in scores
     ]
 
 
@@ -442,13 +443,6 @@ def _centred(query_vector: np.ndarray | None, mean: np.ndarray | None) -> np.nda
     if query_vector is None or mean is None or len(mean) != len(query_vector):
         return query_vector
     return np.asarray(query_vector, dtype=np.float32) - np.float32(CENTRING) * mean
-
-
-def _cosine(vector: np.ndarray | None, query_vector: np.ndarray | None) -> float:
-    """A hit's cosine with the question itself (0: no vector, or one of another dimension)."""
-    if vector is None or query_vector is None or len(vector) != len(query_vector):
-        return 0.0
-    return round(float(np.dot(vector, query_vector)), 4)
 
 
 def _passages_until(index: ConversationIndex, seq: int) -> int:

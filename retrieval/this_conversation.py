@@ -78,7 +78,7 @@ def history_hits(
         if partner is not None:
             paired = _history_hit(index, partner, contents, score * NEIGHBOUR_SHARE)
         found.append(_history_hit(index, hit, contents, score, paired))
-    answered = [_turn(index, m, contents.get(m.id, "")) for m in neighbours]
+    answered = [_turn(index, m, contents.get(m.id, ""), whole_text=True) for m in neighbours]
     return found, answered
 
 
@@ -95,7 +95,7 @@ def _history_hit(
     span = None if len(message.passages) == 1 else excerpt_span(content, hit.start, hit.end)
     shown = content if span is None else content[span[0] : span[1]]
     return HistoryHit(
-        turn=_turn(index, message, shown),
+        turn=_turn(index, message, shown, whole_text=span is None),
         span=span,
         relevance=relevance(hit),
         rank_score=rank_score,
@@ -105,7 +105,10 @@ def _history_hit(
     )
 
 
-def _turn(index: ConversationIndex, message: IndexedMessage, shown: str) -> HistoryTurn:
+def _turn(index: ConversationIndex, message: IndexedMessage, shown: str, *, whole_text: bool) -> HistoryTurn:
+    """`shown` with its relative dates resolved. The index read the whole text of a completed message and
+    found its relative dates (`periods`): one shown whole without any is shown as it is, unread again."""
+    plain = whole_text and message.completed and not message.periods
     return HistoryTurn(
         id=message.id,
         seq=message.seq,
@@ -115,7 +118,7 @@ def _turn(index: ConversationIndex, message: IndexedMessage, shown: str) -> Hist
         created_at=message.created_at,
         token_count=message.token_count,
         whole=len(message.passages) == 1,
-        text=annotate(shown, message.created_at.date()),
+        text=shown if plain else annotate(shown, message.created_at.date()),
     )
 
 

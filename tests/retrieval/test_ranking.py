@@ -106,6 +106,21 @@ def test_similarity_is_the_cosine_of_the_items_that_have_a_vector():
     assert not vectors.similarity(_unit(1, 0, 0), 4).any()  # another model's dimension
 
 
+def test_cosines_are_each_items_exact_cosine_to_four_places_in_the_order_asked():
+    rng = np.random.default_rng(7)
+    rows = rng.normal(size=(5, 8)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    vectors = Vectors()
+    for item in (4, 0, 3):  # written out of order, item 1 and 2 without a vector
+        vectors[item] = rows[item]
+    query = rows[2]
+    expected = [round(float(np.dot(rows[i], query)), 4) if i in (0, 3, 4) else 0.0 for i in (3, 1, 0, 4, 2)]
+    assert vectors.cosines([3, 1, 0, 4, 2], query) == expected
+    assert vectors.cosines([0, 3], None) == [0.0, 0.0]
+    assert vectors.cosines([0, 3], np.ones(3, dtype=np.float32)) == [0.0, 0.0]  # another model's dimension
+    assert Vectors().cosines([0], query) == [0.0]
+
+
 def test_a_vector_added_after_a_query_is_scored_and_another_model_forgets_them():
     vectors = Vectors()
     vectors.use_model("minilm")
