@@ -2,6 +2,7 @@
 in; every candidate for B5 out, typed (retrieval.candidates), with the degradations met and the background
 work wanted. It writes nothing: the caller applies what it asks for."""
 
+from collections.abc import Callable
 from datetime import date
 from typing import Any
 
@@ -19,7 +20,7 @@ from retrieval.candidates import (
     OtherConversationHit,
     Scope,
 )
-from retrieval.history import ConversationIndex, conversation_index, lexical_shares
+from retrieval.history import ConversationIndex, conversation_index, index_catch_up_reads, lexical_shares
 from retrieval.knowledge import knowledge_reads
 from retrieval.knowledge_candidates import image_reads, knowledge_candidates
 from retrieval.other_conversations import other_conversations_reads, recall_other_conversations
@@ -34,8 +35,9 @@ OTHER_CONVERSATION_CANDIDATES = 8
 def retrieval_reads(conversation: Conversation) -> list[Read]:
     """The fixed reads candidates_find makes whatever the question, for reading them ahead
     (tenants.statements): the other conversations' list, the knowledge index's freshness, the images, whether
-    any archival memory exists."""
+    any archival memory exists, and what this conversation's index has to catch up on."""
     reads = [*other_conversations_reads(conversation), *knowledge_reads(conversation.tenant_id)]
+    reads += index_catch_up_reads(conversation.pk)
     reads += image_reads(conversation)
     if conversation.end_user_id is not None:
         reads += archival_exists_reads(conversation.end_user_id)
@@ -53,7 +55,7 @@ def candidates_find(*, question: str, expansion: str, scope: Scope, room: int) -
     others = beside(lambda: _other_conversations(conversation, question, expansion))
     knowledge = beside(lambda: _knowledge(conversation, question))
     index = conversation_index(conversation.pk)
-    memories = beside(lambda: _archival(index, question, expansion, conversation))
+    memories = _archival_beside(index, question, expansion, conversation)
     # Vectors still missing (a server restarted mid-backlog, or appends while vectors were off): the caller
     # has them computed.
     vectors_missing = bool(index.missing_vectors)
@@ -84,15 +86,23 @@ def _query_vector(degradations: list[Degradation], query: str) -> Any:
     return vector
 
 
+def _archival_beside(
+    index: ConversationIndex, query: str, expansion: str, conversation: Conversation
+) -> Callable[[], tuple[list[MemoryHit], list[Degradation]]]:
+    """_archival beside the call; for an end user without archival memories (read ahead) nothing to start:
+    no thread to hand over to and back for an empty answer."""
+    if conversation.end_user_id is None or not archival_exists(end_user_id=conversation.end_user_id):
+        return lambda: ([], [])
+    return beside(lambda: _archival(index, query, expansion, conversation))
+
+
 def _archival(
     index: ConversationIndex, query: str, expansion: str, conversation: Conversation
 ) -> tuple[list[MemoryHit], list[Degradation]]:
     """The end user's archival memories the question finds, each scored on the history's scale (relevance:
     the larger of its cosine similarity with what the question is about and its lexical share in this
     conversation), so that the placing can rank it among the message hits."""
-    if conversation.end_user_id is None or not archival_exists(end_user_id=conversation.end_user_id):
-        return [], []
-    assert conversation.end_user is not None  # end_user_id was checked above
+    assert conversation.end_user is not None  # _archival_beside checked end_user_id
     focus = focused(query)
     outcome = archival_search(
         end_user=conversation.end_user, query=focus, limit=ARCHIVAL_CANDIDATES, expansion=expansion

@@ -32,7 +32,7 @@ from providers.embeddings import embedder_status, from_bytes
 from providers.passages import passage_spans
 from providers.text import CJK, PASSAGE_STOPWORDS
 from retrieval.ranking import Postings, Vectors, best_first, best_positions, both_scores, fuse
-from tenants.statements import FixedQuery
+from tenants.statements import FixedQuery, Read
 
 _TERM = re.compile(rf"[{CJK}]+|[^\W_{CJK}]+")
 _stemmer = snowballstemmer.stemmer("english")
@@ -117,6 +117,7 @@ class ConversationIndex:
 
     def sync(self) -> None:
         whole = not self.indexed_seq
+        floor = self._vector_floor()  # taken before the new rows: catch_up_reads reads ahead with it
         if not whole:  # what was appended since the last call: a few rows, one fixed statement
             rows = _NEW_MESSAGES.run(conversation_id=self.conversation_id, after=self.indexed_seq)
         else:  # the whole history, in chunks
@@ -124,11 +125,36 @@ class ConversationIndex:
         added = len(self.messages)
         for row in rows:
             self._add(*row)
-        self._sync_vectors()
+        self._sync_vectors(floor)
         if whole and self.indexed_seq:
             keep_out_of_collections()
         elif len(self.messages) > added:
             _caught_up(len(self.messages) - added)
+
+    def catch_up_reads(self) -> list[Read]:
+        """The fixed reads the next sync makes (the messages appended since, the vectors still missing), for
+        reading them ahead with a call's other small reads (tenants.statements.read_ahead): two round trips
+        fewer for a call that follows appends. None before the first, whole read. Rows read ahead and not
+        asked for (another call synced meanwhile, a backlog read in chunks instead) are left unused."""
+        if not self.indexed_seq:
+            return []
+        reads: list[Read] = [
+            (_NEW_MESSAGES, {"conversation_id": self.conversation_id, "after": self.indexed_seq})
+        ]
+        embedder = embedder_status().embedder
+        if embedder is not None and len(self.missing_vectors) <= FIXED_VECTOR_READ:
+            floor = self._vector_floor()
+            values = {"conversation_id": self.conversation_id, "model": embedder.name, "floor": floor}
+            reads.append((_NEW_VECTORS, values))
+        return reads
+
+    def _vector_floor(self) -> int:
+        """The lowest seq whose vectors a sync may still have to read: its oldest message without them, else
+        the first seq after what is indexed (the messages it is about to add). Positions follow seq (sync
+        appends in seq order): min() over the ints, not a generator over the messages, which cost every call
+        time in proportion to the backlog."""
+        after = self.indexed_seq + 1
+        return min(self.messages[min(self.missing_vectors)].seq, after) if self.missing_vectors else after
 
     def stale(self) -> bool:
         """An incomplete (streamed, cut off) message was amended or completed since it was indexed."""
@@ -174,14 +200,12 @@ class ConversationIndex:
         self.names.setdefault(key, name)
         return self.speakers.setdefault(key, len(self.speakers))
 
-    def _sync_vectors(self) -> None:
+    def _sync_vectors(self, floor: int) -> None:
+        """The vectors of the messages still without them, from `floor` (_vector_floor) on."""
         embedder = embedder_status().embedder
         if embedder is None or not self.missing_vectors:
             return
         self.vectors.use_model(embedder.name)
-        # Positions follow seq (sync appends in seq order): min() over the ints, not a generator over the
-        # messages, which cost every call time in proportion to the backlog.
-        floor = self.messages[min(self.missing_vectors)].seq
         if len(self.missing_vectors) <= FIXED_VECTOR_READ:
             rows = _NEW_VECTORS.run(conversation_id=self.conversation_id, model=embedder.name, floor=floor)
         elif _ANY_NEW_VECTOR.run(conversation_id=self.conversation_id, model=embedder.name, floor=floor):
@@ -488,6 +512,17 @@ def conversation_index(conversation_id: uuid.UUID | str) -> ConversationIndex:
     with index.lock:
         index.sync()
     return index
+
+
+def index_catch_up_reads(conversation_id: uuid.UUID | str) -> list[Read]:
+    """The catch-up reads of the conversation's index in this process (ConversationIndex.catch_up_reads);
+    none when this process holds no index of it."""
+    with _indexes_lock:
+        index = _indexes.get(str(conversation_id))
+    if index is None:
+        return []
+    with index.lock:
+        return index.catch_up_reads()
 
 
 def conversation_index_drop(conversation_id: uuid.UUID | str) -> None:

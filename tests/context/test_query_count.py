@@ -4,10 +4,13 @@ proxy's just-appended message) used as it is, never a row of another conversatio
 
 import pytest
 from django.db import connection
+from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
 from context.pipeline import context_assemble
 from context.state import ContextRequest
+from conversations.embedding import message_vectors_fill
+from conversations.models import Conversation
 from tests.context.helpers import append, exchanges
 from tests.factories import ConversationFactory
 
@@ -66,13 +69,16 @@ def test_a_held_row_that_does_not_match_is_read_from_the_database(owner, convers
     assert state.history_until == question.seq - 1
 
 
-def test_every_read_a_call_reads_ahead_is_one_it_makes(owner, conversation, monkeypatch):
+def test_every_read_a_call_reads_ahead_is_one_it_makes(owner, conversation, local_embeddings, monkeypatch):
     """call_reads lists reads for reading them ahead; one the stages no longer make would cost every call
-    a statement for nothing (and one they make with other values would be read twice)."""
+    a statement for nothing (and one they make with other values would be read twice). Listed before each
+    call, as read_ahead does. The history index catches up on what was appended since it last looked: the
+    new messages and, when there are some, their vectors (read ahead in case, as the catch-up cannot know
+    before its messages come back), also across seqs it never reads (a compaction's boundary)."""
     from context.load import call_reads
+    from retrieval.history import _NEW_MESSAGES, _NEW_VECTORS
     from tenants import statements
 
-    exchanges(conversation, 3)
     made = []
     run = statements.FixedQuery.run
 
@@ -81,10 +87,23 @@ def test_every_read_a_call_reads_ahead_is_one_it_makes(owner, conversation, monk
         return run(self, using=using, **values)
 
     monkeypatch.setattr(statements.FixedQuery, "run", recording)
-    _assemble(conversation, user_message="what did we decide about the export job?")
-    listed = [
-        (query, statements._key(query.bound("default", values)[1]))
-        for query, values in call_reads(conversation, retrieval=True)
-    ]
-    assert len(listed) == len(set(listed))
-    assert [read for read in listed if read not in made] == []
+    # As with a Celery worker: vectors are written elsewhere, and this process's index reads them when asked.
+    monkeypatch.setattr("retrieval.receivers.conversation_index_warm", lambda conversation_id: None)
+    for call in range(3):
+        if call == 2:  # seqs the index never reads before the new messages
+            Conversation.objects.filter(pk=conversation.pk).update(last_seq=F("last_seq") + 5)
+        if call != 1:  # the second call follows no appends
+            exchanges(conversation, 3, label=f"call {call}")
+        # Every vector written: the index misses none of what it read, and catches up from the new messages.
+        message_vectors_fill(conversation_id=conversation.pk)
+        listed = [
+            (query, statements._key(query.bound("default", values)[1]))
+            for query, values in call_reads(conversation, retrieval=True)
+        ]
+        made.clear()
+        _assemble(conversation, user_message="what did we decide about the export job?")
+        assert len(listed) == len(set(listed))
+        unmade = {query for query, key in listed if (query, key) not in made}
+        assert unmade == ({_NEW_VECTORS} if call == 1 else set())
+        # None before the first call, which reads the index whole.
+        assert (_NEW_MESSAGES in {query for query, _ in listed}) == (call > 0)

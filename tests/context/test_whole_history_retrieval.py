@@ -277,9 +277,11 @@ def test_other_stores_are_read_before_the_wait_for_the_questions_vector(
 ):
     """The question is embedded on another thread meanwhile: knowledge, the other conversations and the
     archival memories are read first, and this conversation's search waits for the vector only after them."""
+    from memory.archival import archival_insert
     from retrieval import find as retrieval
 
     append(conversation, {"role": "user", "content": FACT}, {"role": "assistant", "content": "Noted."})
+    archival_insert(end_user=conversation.end_user, content="The ledger's staging DB runs PostgreSQL 16.")
     order = []
     for name in ("_knowledge", "_other_conversations", "_archival", "_query_vector"):
         original = getattr(retrieval, name)
@@ -288,3 +290,18 @@ def test_other_stores_are_read_before_the_wait_for_the_questions_vector(
     context(owner, conversation, user_message=QUESTION, token_budget=1000)
 
     assert order[-1] == "_query_vector" and len(order) == 4
+
+
+def test_no_archival_search_is_started_for_an_end_user_without_archival_memories(
+    owner, conversation, local_embeddings, monkeypatch
+):
+    """Whether any exists is read ahead: nothing is handed to another thread for an empty answer."""
+    from retrieval import find as retrieval
+
+    append(conversation, {"role": "user", "content": FACT}, {"role": "assistant", "content": "Noted."})
+    started = []
+    monkeypatch.setattr(retrieval, "_archival", lambda *a: started.append(a) or ([], []))
+
+    body = context(owner, conversation, user_message=QUESTION, token_budget=1000)
+
+    assert started == [] and "PostgreSQL" not in retrieved(body)
