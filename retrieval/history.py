@@ -119,7 +119,8 @@ class ConversationIndex:
         whole = not self.indexed_seq
         floor = self._vector_floor()  # taken before the new rows: catch_up_reads reads ahead with it
         if not whole:  # what was appended since the last call: a few rows, one fixed statement
-            rows = _NEW_MESSAGES.run(conversation_id=self.conversation_id, after=self.indexed_seq)
+            query, values = self._new_messages_read()
+            rows = query.run(**values)
         else:  # the whole history, in chunks
             rows = _new_messages(self.conversation_id, 0).iterator(chunk_size=2000)
         added = len(self.messages)
@@ -138,15 +139,18 @@ class ConversationIndex:
         asked for (another call synced meanwhile, a backlog read in chunks instead) are left unused."""
         if not self.indexed_seq:
             return []
-        reads: list[Read] = [
-            (_NEW_MESSAGES, {"conversation_id": self.conversation_id, "after": self.indexed_seq})
-        ]
+        reads = [self._new_messages_read()]
         embedder = embedder_status().embedder
         if embedder is not None and len(self.missing_vectors) <= FIXED_VECTOR_READ:
-            floor = self._vector_floor()
-            values = {"conversation_id": self.conversation_id, "model": embedder.name, "floor": floor}
-            reads.append((_NEW_VECTORS, values))
+            reads.append(self._new_vectors_read(embedder.name, self._vector_floor()))
         return reads
+
+    # The one spelling of the two fixed statements sync makes, which catch_up_reads lists to read them ahead.
+    def _new_messages_read(self) -> Read:
+        return _NEW_MESSAGES, {"conversation_id": self.conversation_id, "after": self.indexed_seq}
+
+    def _new_vectors_read(self, model: str, floor: int) -> Read:
+        return _NEW_VECTORS, {"conversation_id": self.conversation_id, "model": model, "floor": floor}
 
     def _vector_floor(self) -> int:
         """The lowest seq whose vectors a sync may still have to read: its oldest message without them, else
@@ -207,7 +211,8 @@ class ConversationIndex:
             return
         self.vectors.use_model(embedder.name)
         if len(self.missing_vectors) <= FIXED_VECTOR_READ:
-            rows = _NEW_VECTORS.run(conversation_id=self.conversation_id, model=embedder.name, floor=floor)
+            query, values = self._new_vectors_read(embedder.name, floor)
+            rows = query.run(**values)
         elif _ANY_NEW_VECTOR.run(conversation_id=self.conversation_id, model=embedder.name, floor=floor):
             # A backlog (a first read, vectors still being computed): in chunks, through a server-side
             # cursor. Only when there is something to read: with vectors off on append, or a worker behind,
