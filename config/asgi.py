@@ -36,11 +36,9 @@ server_started()  # the embedding model loads in the background; the embedded mo
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
-from context.proxy.asgi import ProxyASGIHandler  # noqa: E402
+from context.proxy.asgi import PROXY_PREFIX, ProxyASGIHandler  # noqa: E402
 from conversations.events import events_bind_loop  # noqa: E402
 from conversations.routing import websocket_urlpatterns  # noqa: E402
-
-PROXY_PREFIX = "/v1/"
 
 
 class ThreadedHttp:

@@ -16,6 +16,9 @@ from tenants.errors import REQUEST_ID_HEADER, request_id_assign
 
 logger = logging.getLogger("mnemo.errors")
 
+# The proxy's URLs (config/urls.py): the entry points hand these to ProxyASGIHandler.
+PROXY_PREFIX = "/v1/"
+
 
 class ProxyASGIHandler(ASGIHandler):
     def load_middleware(self, is_async: bool = False) -> None:

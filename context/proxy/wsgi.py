@@ -1,0 +1,132 @@
+"""The chat proxy's async views under a WSGI server (config/wsgi.py, granian's WSGI workers in production).
+
+Django's WSGI handler runs an async view on an event loop of its own for the call and then drains a streamed
+reply on another one, all before sending a byte: the reply arrived at once instead of chunk by chunk, and
+the upstream connection, opened on the first loop, failed on the second for a share of the streams
+("could not be reached"). Here every /v1/ request runs on one event loop per process, as under the ASGI
+entry point: the WSGI thread waits for the response's start, then hands on each chunk as the view sends it.
+A body the server closes early (it found the client gone when a write failed) is told to the view as an
+ASGI disconnect, so the reply is stored as it stood (context/proxy/views.py), as under ASGI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from http import HTTPStatus
+from typing import Any
+
+from a2wsgi.asgi import build_scope
+
+logger = logging.getLogger("mnemo.errors")
+
+StartResponse = Callable[..., Any]
+_END = {"type": "mnemo.end"}  # the view returned (or raised): nothing more will be sent
+
+
+class ProxyOnWSGI:
+    def __init__(self, app: Callable[..., Any]) -> None:
+        self.app = app  # an ASGI application (context.proxy.asgi.ProxyASGIHandler)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The process's loop for these views, started on first use: after the server forks its workers,
+        so each worker has a thread of its own running it."""
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name="mnemo-proxy-loop", daemon=True).start()
+            return self._loop
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterator[bytes]:
+        loop = self.loop()
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        sent: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        gone = asyncio.Event()
+        scope = build_scope(environ)  # type: ignore[arg-type]  # a2wsgi types the environ as a TypedDict
+        future = asyncio.run_coroutine_threadsafe(self._serve(scope, body, sent, gone), loop)
+        start = sent.get()
+        if start.get("type") != "http.response.start":  # the handler ended without answering
+            _log_failure(future, environ)
+            start = _internal_error_start()
+            sent.put({"type": "http.response.body", "body": _INTERNAL_ERROR})
+        start_response(_status(start["status"]), _headers(start.get("headers", [])))
+        return self._body(sent, lambda: loop.call_soon_threadsafe(gone.set))
+
+    async def _serve(
+        self, scope: Any, body: bytes, sent: queue.SimpleQueue[dict[str, Any]], gone: asyncio.Event
+    ) -> None:
+        received = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal received
+            if not received:
+                received = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.put(message)
+
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            sent.put(_END)
+
+    @staticmethod
+    def _body(sent: queue.SimpleQueue[dict[str, Any]], disconnect: Callable[[], Any]) -> Iterator[bytes]:
+        finished = False
+        try:
+            while True:
+                message = sent.get()
+                if message is _END:
+                    finished = True
+                    return
+                if message.get("type") == "http.response.body":
+                    yield message.get("body", b"")
+                    if not message.get("more_body", False):
+                        finished = True
+                        return
+        finally:
+            if not finished:  # the server closed the body early: the client went away
+                disconnect()
+
+
+_INTERNAL_ERROR = json.dumps(
+    {"error": {"message": "The server failed to answer.", "type": "server_error", "code": "internal_error"}}
+).encode()
+
+
+def _internal_error_start() -> dict[str, Any]:
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(_INTERNAL_ERROR)).encode()),
+    ]
+    return {"type": "http.response.start", "status": 500, "headers": headers}
+
+
+def _log_failure(future: Future[None], environ: dict[str, Any]) -> None:
+    # The proxy's handler answers its own errors in the SDK's shape; this is for a failure outside it.
+    try:
+        error = future.exception(timeout=5)
+    except Exception as exc:  # still running, or cancelled
+        error = exc
+    path = f"{environ.get('REQUEST_METHOD')} {environ.get('PATH_INFO')}"
+    logger.error("the proxy's handler ended without answering %s", path, exc_info=error)
+
+
+def _status(code: int) -> str:
+    try:
+        return f"{code} {HTTPStatus(code).phrase}"
+    except ValueError:
+        return f"{code} Unknown"
+
+
+def _headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in raw]
