@@ -52,3 +52,16 @@ def wait_for(predicate, *, timeout: float = 10.0):
         if value or time.monotonic() > deadline:
             return value
         time.sleep(0.02)
+
+
+def assistant_reply(conversation_id):
+    """The conversation's first assistant message once the server has stored it (None if it never does)."""
+    from conversations.models import Message
+
+    return wait_for(lambda: Message.objects.filter(conversation_id=conversation_id, role="assistant").first())
+
+
+def assert_interrupted_by_client(partial, text: str) -> None:
+    assert partial is not None
+    assert (partial.content, partial.completed) == (text, False)
+    assert partial.metadata["interrupted"] == "client_disconnected"

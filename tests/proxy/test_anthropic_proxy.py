@@ -7,7 +7,7 @@ import pytest
 from conversations.models import Message
 from prefix_cache.models import CacheUsage
 from tests.llm_server import tool_call, tool_reply
-from tests.proxy.conftest import UPSTREAM_KEY, wait_for
+from tests.proxy.conftest import UPSTREAM_KEY, assert_interrupted_by_client, assistant_reply, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -157,14 +157,10 @@ def test_disconnect_mid_stream_leaves_a_partial_message(owner, mnemo_url, llm_se
                 break
         assert texts == ["aaaa ", "bbbb ", "cccc "]
         sdk.close()  # the connection goes with the client
-        partial = wait_for(
-            lambda: Message.objects.filter(conversation_id=conversation_id, role="assistant").first()
-        )
+        partial = assistant_reply(conversation_id)
     finally:
         llm_server.release.set()
-    assert partial is not None
-    assert (partial.content, partial.completed) == ("aaaa bbbb cccc ", False)
-    assert partial.metadata["interrupted"] == "client_disconnected"
+    assert_interrupted_by_client(partial, "aaaa bbbb cccc ")
 
 
 def test_upstream_past_the_deadline_is_the_sdks_timeout_error(owner, mnemo_url, llm_server, proxy_settings):

@@ -11,7 +11,7 @@ from conversations.models import Message
 from conversations.services import message_append_batch
 from prefix_cache.models import CacheUsage
 from tests.llm_server import tool_call, tool_reply
-from tests.proxy.conftest import UPSTREAM_KEY, wait_for
+from tests.proxy.conftest import UPSTREAM_KEY, assert_interrupted_by_client, assistant_reply, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -158,14 +158,10 @@ def test_disconnect_mid_stream_leaves_a_partial_message(owner, mnemo_url, llm_se
         conversation_id = stream.response.headers["x-mnemo-conversation"]
         assert [next(stream).choices[0].delta.content for _ in range(3)] == ["", "aaaa ", "bbbb "]
         sdk.close()  # the connection goes with the client
-        partial = wait_for(
-            lambda: Message.objects.filter(conversation_id=conversation_id, role="assistant").first()
-        )
+        partial = assistant_reply(conversation_id)
     finally:
         llm_server.release.set()
-    assert partial is not None
-    assert (partial.content, partial.completed) == ("aaaa bbbb ", False)
-    assert partial.metadata["interrupted"] == "client_disconnected"
+    assert_interrupted_by_client(partial, "aaaa bbbb ")
 
 
 def test_upstream_failure_mid_stream_keeps_the_partial_text_and_tells_the_client(

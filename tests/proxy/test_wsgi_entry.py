@@ -15,7 +15,7 @@ import pytest
 from django.db import connection
 
 from conversations.models import Message
-from tests.proxy.conftest import wait_for
+from tests.proxy.conftest import assert_interrupted_by_client, assistant_reply, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -140,14 +140,10 @@ def test_a_body_closed_mid_stream_leaves_a_partial_reply(owner, proxy_settings, 
         body.close()
         assert started[0][0] == "200 OK"
         conversation_id = {k.lower(): v for k, v in started[0][1]}["x-mnemo-conversation"]
-        partial = wait_for(
-            lambda: Message.objects.filter(conversation_id=conversation_id, role="assistant").first()
-        )
+        partial = assistant_reply(conversation_id)
     finally:
         llm_server.release.set()
-    assert partial is not None
-    assert (partial.content, partial.completed) == ("aaaa bbbb ", False)
-    assert partial.metadata["interrupted"] == "client_disconnected"
+    assert_interrupted_by_client(partial, "aaaa bbbb ")
 
 
 def test_non_streaming_and_errors_keep_the_sdk_shape(owner, outsider, wsgi_url, llm_server):
