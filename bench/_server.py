@@ -1,5 +1,5 @@
-"""What the benchmarks that start real processes share: a free port, manage.py, a child in a session of its
-own and its stopping, the server's environment, and a throwaway PostgreSQL database.
+"""What the benchmarks that start real processes share: a free port, manage.py, the servers' command lines, a
+child in a session of its own and its stopping, the server's environment, and a throwaway PostgreSQL database.
 
 Not a benchmark itself; nothing here runs on import.
 """
@@ -23,6 +23,29 @@ from bench._common import REPO, log
 HOST = "127.0.0.1"
 PYTHON = sys.executable
 BIN = Path(PYTHON).parent
+
+
+# granian runs the WSGI app on this many threads per worker, as uvicorn does on MNEMO_HTTP_THREADS: the views
+# hold the GIL most of the time, so more threads did not serve more appends.
+GRANIAN_THREADS = 4
+
+
+def server_command(server: str, workers: int, port: int) -> list[str]:
+    """The two ways the README gives to serve the API: uvicorn on config.asgi (API and WebSockets in one
+    process: `make run`), or granian's WSGI workers on config.wsgi for the API beside a uvicorn for the
+    sockets (the production layout, docs/operations.md "Deploying")."""
+    if server == "granian":
+        return [
+            str(BIN / "granian"), "--interface", "wsgi", "config.wsgi:application",
+            "--host", HOST, "--port", str(port), "--workers", str(workers),
+            "--blocking-threads", str(GRANIAN_THREADS), "--no-ws",
+            "--log-level", "warning", "--no-access-log",
+        ]  # fmt: skip
+    return [
+        PYTHON, "-m", "uvicorn", "config.asgi:application",
+        "--host", HOST, "--port", str(port), "--workers", str(workers),
+        "--log-level", "warning", "--no-access-log", "--lifespan", "off",
+    ]  # fmt: skip
 
 
 def free_port() -> int:

@@ -1,5 +1,6 @@
 """Soak: a real server under sustained mixed load, once in the embedded default (SQLite, the server's own
-worker process) and once distributed (PostgreSQL, Redis, a Celery worker), as a user would run them.
+worker process) and once distributed (PostgreSQL, Redis, a Celery worker, the API on granian's WSGI workers as
+docs/operations.md deploys it), as a user would run them.
 
 16 clients, each with a conversation of its own, append (single messages and batches, with `created_at`, and
 `name` when the server takes it), ask for context at several budgets, stream through the chat proxy against
@@ -13,7 +14,8 @@ end), and how busy the machine was during the load (cores each part used, thread
 Run from the repository root:  .venv/bin/python bench/soak.py   (or: make bench-soak)
 Options: --minutes N (default 10), --short (2 minutes), --only embedded|distributed, --clients N (16),
 --rate N (requests per second, all clients together; default 20), --port N (first port, 8100),
---database-url URL and --redis-url URL (the distributed run; its database is dropped and created again).
+--database-url URL and --redis-url URL (the distributed run; its database is dropped and created again),
+--server granian|uvicorn (the distributed run's API server; uvicorn on config.asgi is `make run`'s).
 """
 
 from __future__ import annotations
@@ -69,6 +71,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--server-processes", type=int, default=1, help="uvicorn processes of the distributed run"
     )
+    parser.add_argument(
+        "--server",
+        choices=["granian", "uvicorn"],
+        default="granian",
+        help="the distributed run's API server: granian's WSGI workers (production) or uvicorn (make run)",
+    )
     parser.add_argument("--appends-only", action="store_true", help="sustained ingest: single appends only")
     parser.add_argument(
         "--throughput", action="store_true", help="embedding throughput of 1 and 2 Celery workers, then stop"
@@ -97,6 +105,7 @@ def soak(args: argparse.Namespace, upstream: Any, upstream_port: int) -> None:
                     args.redis_url,
                     args.workers,
                     args.server_processes,
+                    args.server,
                 )
             print("\n" + report(run(stack, args)) + "\n", flush=True)
 

@@ -8,9 +8,9 @@ import os
 from bench._append.client import REPLAY_RATE
 from bench._append.cpu import CORES
 from bench._append.measure import AppendRun, fmt_ms
-from bench._append.servers import GRANIAN_THREADS
 from bench._append.tokens import TokenRun
 from bench._common import machine_header
+from bench._server import GRANIAN_THREADS
 
 TARGET_PG_APPENDS_PER_S = 400
 

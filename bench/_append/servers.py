@@ -11,29 +11,7 @@ from pathlib import Path
 
 from bench._append.backend import Backend
 from bench._append.client import HttpConnection, request_head
-from bench._server import BIN, HOST, PYTHON, free_port, spawn, stop
-
-# granian runs the WSGI app on this many threads per worker, as uvicorn does on MNEMO_HTTP_THREADS: the views
-# hold the GIL most of the time, so more threads did not serve more appends.
-GRANIAN_THREADS = 4
-
-
-def server_command(server: str, workers: int, port: int) -> list[str]:
-    """The two ways the README gives to serve the API: uvicorn on config.asgi (API and WebSockets in one
-    process: `make run`), or granian's WSGI workers on config.wsgi for the API beside a uvicorn for the
-    sockets (the production layout, docs/operations.md "Deploying")."""
-    if server == "granian":
-        return [
-            str(BIN / "granian"), "--interface", "wsgi", "config.wsgi:application",
-            "--host", HOST, "--port", str(port), "--workers", str(workers),
-            "--blocking-threads", str(GRANIAN_THREADS), "--no-ws",
-            "--log-level", "warning", "--no-access-log",
-        ]  # fmt: skip
-    return [
-        PYTHON, "-m", "uvicorn", "config.asgi:application",
-        "--host", HOST, "--port", str(port), "--workers", str(workers),
-        "--log-level", "warning", "--no-access-log", "--lifespan", "off",
-    ]  # fmt: skip
+from bench._server import free_port, server_command, spawn, stop
 
 
 @contextlib.contextmanager

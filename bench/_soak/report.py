@@ -52,10 +52,10 @@ def slowest_context(records: list[Record], share: float = 0.02) -> str:
     cpu = sum(r.cpu_ms or 0.0 for r in slowest) / len(slowest)
     total = sum(r.ms for r in slowest) / len(slowest)
     rest = total - queue - app
-    return (
-        f"{total:.1f} = {queue:.1f} waiting for a thread + {app:.1f} in the server ({cpu:.1f} running)"
-        f" + {rest:.1f} rest"
-    )
+    in_server = f"{app:.1f} in the server ({cpu:.1f} running)"
+    if all(r.queue_ms is None for r in slowest):  # a WSGI server does not say when it received a request
+        return f"{total:.1f} = {in_server} + {rest:.1f} rest (the wait for a thread among it)"
+    return f"{total:.1f} = {queue:.1f} waiting for a thread + {in_server} + {rest:.1f} rest"
 
 
 def context_by_minute(records: list[Record], started: float, seconds: float) -> str:

@@ -17,7 +17,7 @@ import httpx
 import psycopg
 import redis
 
-from bench._server import HOST, PYTHON, manage, spawn, stop
+from bench._server import HOST, PYTHON, manage, server_command, spawn, stop
 
 
 def port_from(start: int) -> int:
@@ -57,6 +57,9 @@ class Stack:
     var_dir: Path
     workers: int = 0
     server_processes: int = 1
+    # uvicorn on config.asgi (`make run`: API and sockets in one process) or granian's WSGI workers on
+    # config.wsgi (the production layout's API, docs/operations.md "Deploying"; it needs Redis).
+    server: str = "uvicorn"
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     key: str = ""
     autovacuum: str = "n/a (SQLite)"  # what the run did about PostgreSQL's autovacuum (the report says)
@@ -73,19 +76,8 @@ class Stack:
             self.autovacuum = autovacuum_on(self.env["DATABASE_URL"])
         self.manage("migrate", "--noinput")
         self.key = json.loads(self.manage("create_tenant", "soak", "--name", "Soak", "--json"))["api_key"]
-        server = [
-            PYTHON,
-            "-m",
-            "uvicorn",
-            "config.asgi:application",
-            "--host",
-            HOST,
-            "--port",
-            str(self.port),
-        ]
-        if self.server_processes > 1:  # uvicorn's supervisor and its children: server_rss counts them all
-            server += ["--workers", str(self.server_processes)]
-        self.procs.append(self._spawn([*server, "--lifespan", "off", "--no-access-log"], "server.log"))
+        command = server_command(self.server, self.server_processes, self.port)
+        self.procs.append(self._spawn(command, "server.log"))
         self.workers_start(self.workers)
         self._wait_ready()
 
@@ -179,6 +171,10 @@ def base_env(var_dir: Path, upstream: str) -> dict[str, str]:
     return env
 
 
+# How each server serves the API, for the report.
+SERVERS = {"granian": "granian WSGI on config.wsgi", "uvicorn": "uvicorn on config.asgi"}
+
+
 def embedded_stack(var_dir: Path, upstream: str, port: int) -> Stack:
     return Stack("embedded (SQLite, worker process)", base_env(var_dir, upstream), port, var_dir)
 
@@ -191,6 +187,7 @@ def distributed_stack(
     redis_url: str,
     workers: int = 1,
     server_processes: int = 1,
+    server: str = "granian",
 ) -> Stack:
     name = database_url.rsplit("/", 1)[1]
     with psycopg.connect(_admin(database_url), autocommit=True) as connection:
@@ -199,6 +196,8 @@ def distributed_stack(
     redis.Redis.from_url(redis_url).flushdb()
     env = base_env(var_dir, upstream)
     env.update(DATABASE_URL=database_url, REDIS_URL=redis_url)
+    layout = SERVERS[server]
     servers = f"{server_processes} server process{'es' if server_processes > 1 else ''}"
-    name = f"distributed (PostgreSQL, Redis, {servers}, {workers} Celery worker{'s' if workers > 1 else ''})"
-    return Stack(name, env, port, var_dir, workers=workers, server_processes=server_processes)
+    workers_named = f"{workers} Celery worker{'s' if workers > 1 else ''}"
+    name = f"distributed (PostgreSQL, Redis, {layout}, {servers}, {workers_named})"
+    return Stack(name, env, port, var_dir, workers, server_processes, server=server)
