@@ -72,6 +72,7 @@ class ProxyOnWSGI:
             return {"type": "http.disconnect"}
 
         async def send(message: dict[str, Any]) -> None:
+            # Never waits for the client: what can pile up is one model reply for a client reading slowly.
             sent.put(message)
 
         try:
