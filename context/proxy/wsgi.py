@@ -21,6 +21,10 @@ from http import HTTPStatus
 from typing import Any
 
 from a2wsgi.asgi import build_scope
+from django.core.handlers.wsgi import WSGIRequest
+
+from context.proxy.errors import ProxyError, error_payload, proxy_format
+from tenants.errors import REQUEST_ID_HEADER, request_id_assign
 
 logger = logging.getLogger("mnemo.errors")
 
@@ -52,9 +56,8 @@ class ProxyOnWSGI:
         future = asyncio.run_coroutine_threadsafe(self._serve(scope, body, sent, gone), loop)
         start = sent.get()
         if start.get("type") != "http.response.start":  # the handler ended without answering
-            _log_failure(future, environ)
-            start = _internal_error_start()
-            sent.put({"type": "http.response.body", "body": _INTERNAL_ERROR})
+            start, failed = _internal_error(future, environ)
+            sent.put({"type": "http.response.body", "body": failed})
         start_response(_status(start["status"]), _headers(start.get("headers", [])))
         return self._body(sent, lambda: loop.call_soon_threadsafe(gone.set))
 
@@ -99,27 +102,28 @@ class ProxyOnWSGI:
                 disconnect()
 
 
-_INTERNAL_ERROR = json.dumps(
-    {"error": {"message": "The server failed to answer.", "type": "server_error", "code": "internal_error"}}
-).encode()
-
-
-def _internal_error_start() -> dict[str, Any]:
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(_INTERNAL_ERROR)).encode()),
-    ]
-    return {"type": "http.response.start", "status": 500, "headers": headers}
-
-
-def _log_failure(future: Future[None], environ: dict[str, Any]) -> None:
-    # The proxy's handler answers its own errors in the SDK's shape; this is for a failure outside it.
+def _internal_error(future: Future[None], environ: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+    """The proxy's handler answers its own errors in the SDK's shape; this is for a failure outside it,
+    answered and logged the same way (context/proxy/asgi.py)."""
     try:
         error = future.exception(timeout=5)
     except Exception as exc:  # still running, or cancelled
         error = exc
-    path = f"{environ.get('REQUEST_METHOD')} {environ.get('PATH_INFO')}"
-    logger.error("the proxy's handler ended without answering %s", path, exc_info=error)
+    request = WSGIRequest(environ)
+    request_id = request_id_assign(request)
+    logger.error(
+        "unhandled error on %s %s (request_id=%s)", request.method, request.path, request_id, exc_info=error
+    )
+    failed = ProxyError(
+        "Mnemo failed on this request; it is logged under its request id.", code="internal_error", status=500
+    )
+    body = json.dumps(error_payload(failed, proxy_format(request), request_id=request_id)).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (REQUEST_ID_HEADER.encode(), request_id.encode()),
+    ]
+    return {"type": "http.response.start", "status": 500, "headers": headers}, body
 
 
 def _status(code: int) -> str:

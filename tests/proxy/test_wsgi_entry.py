@@ -170,3 +170,26 @@ def test_non_streaming_and_errors_keep_the_sdk_shape(owner, outsider, wsgi_url, 
     assert stolen.status_code == 404 and stolen.json()["error"]["code"] == "conversation_not_found"
     unknown = httpx.get(f"{wsgi_url}/v1/nowhere", headers={"Authorization": f"Bearer {owner.raw_key}"})
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found"
+
+
+def test_a_handler_that_fails_before_answering_gets_the_sdks_500(caplog):
+    """A failure outside the proxy's own error handling still answers JSON in the SDK's shape, with the
+    request id it is logged under, never the WSGI server's plain page."""
+    from context.proxy.wsgi import ProxyOnWSGI
+
+    async def broken(scope, receive, send):
+        raise RuntimeError("boom")
+
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/v1/messages", "wsgi.input": io.BytesIO(b"")}
+    setup_testing_defaults(environ)
+    started: list[tuple[str, list[tuple[str, str]]]] = []
+    body = b"".join(
+        ProxyOnWSGI(broken)(environ, lambda status, headers, *_: started.append((status, headers)))
+    )
+    status, headers = started[0]
+    payload = json.loads(body)
+    request_id = {k.lower(): v for k, v in headers}["x-request-id"]
+    assert status == "500 Internal Server Error"
+    assert payload["type"] == "error" and payload["error"]["code"] == "internal_error"  # Anthropic's shape
+    assert payload["request_id"] == request_id
+    assert any(request_id in r.getMessage() and r.exc_info for r in caplog.records)
