@@ -69,7 +69,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/7")
     parser.add_argument("--workers", type=int, default=1, help="Celery workers of the distributed run")
     parser.add_argument(
-        "--server-processes", type=int, default=1, help="uvicorn processes of the distributed run"
+        "--server-processes", type=int, default=1, help="server processes of the distributed run"
     )
     parser.add_argument(
         "--server",
