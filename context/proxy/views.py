@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
@@ -69,7 +70,14 @@ _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def _json(request: HttpRequest) -> Any:
-    raw = request.body or b"null"
+    try:
+        raw = request.body or b"null"
+    except RequestDataTooBig:
+        raise ProxyError(
+            "The request body is larger than this server accepts (MNEMO_MAX_REQUEST_BYTES).",
+            code="request_too_large",
+            status=413,
+        ) from None
     try:
         body = json.loads(raw)
     except ValueError:

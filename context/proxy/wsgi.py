@@ -21,6 +21,7 @@ from http import HTTPStatus
 from typing import Any
 
 from a2wsgi.asgi import build_scope
+from django.conf import settings
 from django.core.handlers.wsgi import WSGIRequest
 
 from context.proxy.errors import ProxyError, error_payload, proxy_format
@@ -49,7 +50,7 @@ class ProxyOnWSGI:
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterator[bytes]:
         loop = self.loop()
-        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        body = _request_body(environ)
         sent: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         gone = asyncio.Event()
         scope = build_scope(environ)  # type: ignore[arg-type]  # a2wsgi types the environ as a TypedDict
@@ -100,6 +101,20 @@ class ProxyOnWSGI:
         finally:
             if not finished:  # the server closed the body early: the client went away
                 disconnect()
+
+
+def _request_body(environ: dict[str, Any]) -> bytes:
+    """The body as Django's WSGI request would read it, but never more than one byte past
+    DATA_UPLOAD_MAX_MEMORY_SIZE: the view refuses a larger one by its Content-Length (413), so a client
+    cannot make the worker hold an upload of any size before that."""
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except (ValueError, TypeError):
+        length = 0
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    if limit is not None:
+        length = min(length, limit + 1)
+    return environ["wsgi.input"].read(length) if length > 0 else b""
 
 
 def _internal_error(future: Future[None], environ: dict[str, Any]) -> tuple[dict[str, Any], bytes]:

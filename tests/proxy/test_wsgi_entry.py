@@ -193,3 +193,41 @@ def test_a_handler_that_fails_before_answering_gets_the_sdks_500(caplog):
     assert payload["type"] == "error" and payload["error"]["code"] == "internal_error"  # Anthropic's shape
     assert payload["request_id"] == request_id
     assert any(request_id in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+class _CountingInput(io.BytesIO):
+    """wsgi.input that records how many bytes the application asked for."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.taken = 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        chunk = super().read(size)
+        self.taken += len(chunk)
+        return chunk
+
+
+def test_a_body_over_the_limit_is_refused_without_reading_it_whole(owner, proxy_settings, llm_server):
+    """The bridge reads no more than one byte past MNEMO_MAX_REQUEST_BYTES before the view's 413."""
+    from config.wsgi import application
+
+    proxy_settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 2048
+    text = "x" * 100_000
+    data = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}).encode()
+    stream = _CountingInput(data)
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/v1/chat/completions",
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(data)),
+        "HTTP_AUTHORIZATION": f"Bearer {owner.raw_key}",
+        "wsgi.input": stream,
+    }
+    setup_testing_defaults(environ)
+    started: list[tuple[str, list[tuple[str, str]]]] = []
+    body = b"".join(application(environ, lambda status, headers, *_: started.append((status, headers))))
+    assert started[0][0].startswith("413")
+    assert json.loads(body)["error"]["code"] == "request_too_large"
+    assert stream.taken <= 2048 + 1
+    assert not Message.objects.exists() and llm_server.requests == []
