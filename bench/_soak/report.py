@@ -29,14 +29,22 @@ def rss_growth(samples: Samples, seconds: float) -> tuple[float, float, float, f
 
 
 def latency_table(records: list[Record]) -> str:
-    by_endpoint: dict[str, list[float]] = defaultdict(list)
+    """p50 / p99 per endpoint, with the CPU each request's thread ran in the server (Server-Timing's `cpu`)
+    and that endpoint's share of all of it: which calls the server spends its cores on. A streamed proxy reply
+    carries no Server-Timing (n/a)."""
+    by_endpoint: dict[str, list[Record]] = defaultdict(list)
     for record in records:
-        by_endpoint[record.endpoint].append(record.ms)
-    rows = [
-        [name, str(len(ms)), f"{percentile(ms, 50):.1f}", f"{percentile(ms, 99):.1f}"]
-        for name, ms in sorted(by_endpoint.items())
-    ]
-    return render_table(["endpoint", "requests", "p50 ms", "p99 ms"], rows)
+        by_endpoint[record.endpoint].append(record)
+    total_cpu = sum(r.cpu_ms or 0.0 for r in records) or 1.0
+    rows = []
+    for name, group in sorted(by_endpoint.items()):
+        ms = [r.ms for r in group]
+        cpus = [r.cpu_ms for r in group if r.cpu_ms is not None]
+        cpu = f"{sum(cpus) / len(cpus):.1f} / {sum(cpus) / total_cpu:.0%}" if cpus else "n/a"
+        rows.append([name, str(len(ms)), f"{percentile(ms, 50):.1f}", f"{percentile(ms, 99):.1f}", cpu])
+    return render_table(
+        ["endpoint", "requests", "p50 ms", "p99 ms", "server CPU ms per request / share"], rows
+    )
 
 
 def slowest_context(records: list[Record], share: float = 0.02) -> str:
