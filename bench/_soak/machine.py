@@ -86,6 +86,24 @@ def _ready_threads() -> int | None:
     return None
 
 
+def cpu_clock() -> tuple[float, float] | None:
+    """(steal, all) seconds of the machine's cores so far (/proc/stat's first line sums every core: user nice
+    system idle iowait irq softirq steal): steal is time a virtual machine's cores were ready but the
+    hypervisor ran someone else's work on them, which no process of this machine shows."""
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        jiffies = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+        return jiffies[7] / _TICKS, sum(jiffies) / _TICKS
+    return None
+
+
+def steal_share(before: tuple[float, float] | None) -> float | None:
+    """The share of the cores' time the hypervisor took since `before` (cpu_clock)."""
+    after = cpu_clock()
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 def _ratio(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
 
@@ -101,6 +119,8 @@ class MachineLoad:
     ready: list[int] = field(default_factory=list)
     server_waited: float | None = None  # seconds the server's threads waited for a core per second on one
     quiet_waited: float | None = None  # the same while one client asked after the load (the baseline)
+    stolen: float | None = None  # the share of the cores' time the hypervisor took during the load
+    quiet_stolen: float | None = None  # the same during the baseline
     seconds: float = 0.0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -109,6 +129,7 @@ class MachineLoad:
         self._pids = groups(self.stack)
         self.started_cpu = {name: sum(map(cpu_seconds, pids)) for name, pids in self._pids.items()}
         self._server_threads = thread_times(server_pids(self.stack))
+        self._clock = cpu_clock()
         self._began = time.monotonic()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
@@ -131,6 +152,7 @@ class MachineLoad:
             used = sum(map(cpu_seconds, pids)) - self.started_cpu[name]
             self.cores_used[name] = max(0.0, used) / self.seconds if self.seconds else 0.0
         self.server_waited = server_wait(self.stack, self._server_threads)
+        self.stolen = steal_share(self._clock)
 
     def lines(self) -> list[list[str]]:
         cores = os.cpu_count() or 1
@@ -149,5 +171,9 @@ class MachineLoad:
                 f"{next(iter(self.cores_used))} threads: seconds waiting for a core per second on one"
                 " (under the load; one client after it)",
                 "; ".join(_ratio(w) for w in (self.server_waited, self.quiet_waited)),
+            ],
+            [
+                "cores' time taken by the hypervisor (steal; under the load; one client after it)",
+                "; ".join("n/a" if s is None else f"{s:.0%}" for s in (self.stolen, self.quiet_stolen)),
             ],
         ]

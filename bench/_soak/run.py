@@ -15,7 +15,7 @@ import redis
 
 from bench._common import log
 from bench._soak.clients import Client, Shared, names_accepted, quiet_context_ms, warm_up
-from bench._soak.machine import MachineLoad, server_pids, server_wait, thread_times
+from bench._soak.machine import MachineLoad, cpu_clock, server_pids, server_wait, steal_share, thread_times
 from bench._soak.stack import Stack
 from bench._soak.store import Store
 
@@ -51,10 +51,12 @@ def drain(stack: Stack, store: Store, samples: Samples, limit: float = 300.0) ->
 
 
 def _quiet(stack: Stack, shared: Shared, machine: MachineLoad) -> list[float]:
-    """The context baseline (quiet_context_ms), and how long the server's threads waited for a core then."""
-    before = thread_times(server_pids(stack))
+    """The context baseline (quiet_context_ms), how long the server's threads waited for a core then, and
+    how much of the cores the hypervisor took meanwhile."""
+    before, clock = thread_times(server_pids(stack)), cpu_clock()
     ms = quiet_context_ms(shared)
     machine.quiet_waited = server_wait(stack, before)
+    machine.quiet_stolen = steal_share(clock)
     return ms
 
 
