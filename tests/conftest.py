@@ -6,6 +6,7 @@ import threading
 from dataclasses import dataclass
 
 import pytest
+from celery._state import _set_task_join_will_block
 from rest_framework.test import APIClient
 
 from conversations.models import Conversation
@@ -127,3 +128,13 @@ def held():
     yield release
     release.set()
     thread.join()
+
+
+@pytest.fixture(autouse=True)
+def _celery_join_allowed():
+    """Celery marks "a result's get() would block" in one flag for the whole process while an eager task
+    runs, and puts back what it found: two eager tasks overlapping on two threads (a test's server thread and
+    its own) can leave it set for good, and every later test of the process calling get() on a result then
+    fails with "Never call result.get() within a task!". Each test starts with it clear."""
+    _set_task_join_will_block(False)
+    yield
