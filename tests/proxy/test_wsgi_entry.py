@@ -113,6 +113,20 @@ def test_chunks_reach_the_client_before_the_upstream_finishes(owner, wsgi_url, l
     assert '"dddd"' in rest and rest.rstrip().endswith("data: [DONE]")
 
 
+def _chat_environ(key: str, payload: bytes, stream: io.BytesIO) -> dict:
+    """A WSGI environ for a chat completion with this body, read from `stream`."""
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/v1/chat/completions",
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(payload)),
+        "HTTP_AUTHORIZATION": f"Bearer {key}",
+        "wsgi.input": stream,
+    }
+    setup_testing_defaults(environ)
+    return environ
+
+
 def test_a_body_closed_mid_stream_leaves_a_partial_reply(owner, proxy_settings, llm_server):
     """What a WSGI server does when a write to a client that went away fails: it closes the body. The
     proxy is told at once and stores what was said, marked as interrupted by the client."""
@@ -123,15 +137,7 @@ def test_a_body_closed_mid_stream_leaves_a_partial_reply(owner, proxy_settings, 
     payload = json.dumps(
         {"model": "gpt-4o", "messages": [{"role": "user", "content": "go"}], "stream": True}
     ).encode()
-    environ = {
-        "REQUEST_METHOD": "POST",
-        "PATH_INFO": "/v1/chat/completions",
-        "CONTENT_TYPE": "application/json",
-        "CONTENT_LENGTH": str(len(payload)),
-        "HTTP_AUTHORIZATION": f"Bearer {owner.raw_key}",
-        "wsgi.input": io.BytesIO(payload),
-    }
-    setup_testing_defaults(environ)
+    environ = _chat_environ(owner.raw_key, payload, io.BytesIO(payload))
     started: list[tuple[str, list[tuple[str, str]]]] = []
     try:
         body = application(environ, lambda status, headers, *_: started.append((status, headers)))
@@ -216,15 +222,7 @@ def test_a_body_over_the_limit_is_refused_without_reading_it_whole(owner, proxy_
     text = "x" * 100_000
     data = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}).encode()
     stream = _CountingInput(data)
-    environ = {
-        "REQUEST_METHOD": "POST",
-        "PATH_INFO": "/v1/chat/completions",
-        "CONTENT_TYPE": "application/json",
-        "CONTENT_LENGTH": str(len(data)),
-        "HTTP_AUTHORIZATION": f"Bearer {owner.raw_key}",
-        "wsgi.input": stream,
-    }
-    setup_testing_defaults(environ)
+    environ = _chat_environ(owner.raw_key, data, stream)
     started: list[tuple[str, list[tuple[str, str]]]] = []
     body = b"".join(application(environ, lambda status, headers, *_: started.append((status, headers))))
     assert started[0][0].startswith("413")
