@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
@@ -73,10 +74,9 @@ def _json(request: HttpRequest) -> Any:
     try:
         raw = request.body or b"null"
     except RequestDataTooBig:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE  # the API's words for it (tenants/api.py)
         raise ProxyError(
-            "The request body is larger than this server accepts (MNEMO_MAX_REQUEST_BYTES).",
-            code="request_too_large",
-            status=413,
+            f"The request body is larger than {limit} bytes.", code="request_too_large", status=413
         ) from None
     try:
         body = json.loads(raw)

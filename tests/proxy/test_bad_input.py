@@ -110,4 +110,5 @@ def test_a_body_over_the_limit_is_a_413_in_the_sdks_shape(
     assert response.status_code == 413
     error = response.json()["error"]
     assert (error["type"], error["code"]) == (error_type, "request_too_large")
+    assert "2048 bytes" in error["message"]
     nothing_happened(owner, llm_server)
