@@ -137,4 +137,3 @@ def _celery_join_allowed():
     its own) can leave it set for good, and every later test of the process calling get() on a result then
     fails with "Never call result.get() within a task!". Each test starts with it clear."""
     _set_task_join_will_block(False)
-    yield
